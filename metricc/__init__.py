@@ -1,0 +1,32 @@
+"""metricc: compile confusion-matrix metrics into verified PyTorch losses.
+
+>>> import metricc
+>>> m = metricc.compile("2*TP / (2*TP + FP + FN)")
+>>> m.gradient["FP"]
+-2*TP/(FN + FP + 2*TP)**2
+"""
+
+from .errors import (
+    MetricError,
+    MetricSyntaxError,
+    MetricWarning,
+    MissingParameterError,
+    UnknownNameError,
+    VerificationError,
+)
+from .library import METRICS, NamedMetric
+from .metric import Metric, compile
+
+__all__ = [
+    "METRICS",
+    "Metric",
+    "MetricError",
+    "MetricSyntaxError",
+    "MetricWarning",
+    "MissingParameterError",
+    "NamedMetric",
+    "UnknownNameError",
+    "VerificationError",
+    "compile",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,137 @@
+"""Stage 3: SymPy -> PyTorch source.
+
+Only validated SymPy trees reach this module; the source it writes names
+nothing from the user's text (parameters were substituted by numbers, and the
+only variables are ``TP FP FN TN eps`` and the ``x0, x1, ...`` of ``sympy.cse``).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import textwrap
+
+import sympy
+from sympy.printing.pytorch import TorchPrinter
+
+from .analyse import EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE, backward_coefficients, guard
+from .errors import MetricError
+from .parse import COUNTS
+
+__all__ = ["MetricPrinter", "emit_kernels", "KERNEL_NAMES"]
+
+KERNEL_NAMES = ("metric_value", "metric_and_coefficients")
+_ALLOWED_NAMES = {*COUNTS, "eps"}
+
+
+class MetricPrinter(TorchPrinter):
+    """TorchPrinter with readable powers and elementwise min/max on tensors.
+
+    One ``_print_X`` per node SymPy may produce for a metric or its derivative.
+    """
+
+    def __init__(self) -> None:
+        super().__init__({"fully_qualified_modules": True, "strict": True})
+
+    def _print_Pow(self, expr: sympy.Pow) -> str:
+        base, exp = expr.args
+        if exp == sympy.S.Half:
+            return f"torch.sqrt({self._print(base)})"
+        if exp == -sympy.S.Half:
+            return f"torch.rsqrt({self._print(base)})"
+        b = self.parenthesize(base, sympy.printing.precedence.PRECEDENCE["Pow"])
+        if exp == -1:
+            return f"1/{b}"
+        if exp.is_Integer and exp > 0:
+            return f"{b}**{exp}"
+        return f"{b}**({self._print(exp)})"
+
+    def _print_Float(self, expr: sympy.Float) -> str:
+        return repr(float(expr))
+
+    def _minmax(self, expr: sympy.Expr, fold: str, clamp: str) -> str:
+        numbers = [a for a in expr.args if a.is_number]
+        others = [self._print(a) for a in expr.args if not a.is_number]
+        out = others[0]
+        for o in others[1:]:
+            out = f"{fold}({out}, {o})"
+        if numbers:
+            bound = max(numbers) if fold == "torch.maximum" else min(numbers)
+            out = f"torch.clamp({out}, {clamp}={float(bound)!r})"
+        return out
+
+    def _print_Max(self, expr: sympy.Max) -> str:
+        return self._minmax(expr, "torch.maximum", "min")
+
+    def _print_Min(self, expr: sympy.Min) -> str:
+        return self._minmax(expr, "torch.minimum", "max")
+
+    def _print_Heaviside(self, expr: sympy.Heaviside) -> str:
+        # H(0) = 1/2, the subgradient midpoint, as SymPy's default.
+        return f"((torch.sign({self._print(expr.args[0])}) + 1)/2)"
+
+    def _print_sign(self, expr: sympy.sign) -> str:
+        return f"torch.sign({self._print(expr.args[0])})"
+
+    def _print_Abs(self, expr: sympy.Abs) -> str:
+        return f"torch.abs({self._print(expr.args[0])})"
+
+    def _print_Symbol(self, expr: sympy.Symbol) -> str:
+        name = expr.name
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
+            raise MetricError(f"internal: refusing to emit symbol {name!r}")
+        return name
+
+
+def _check_emittable(exprs: list[sympy.Expr]) -> None:
+    for e in exprs:
+        extra = {s.name for s in e.free_symbols} - _ALLOWED_NAMES
+        if extra:
+            raise MetricError(
+                "cannot generate code: the formula still has free parameters "
+                f"{sorted(extra)}; give each a value"
+            )
+        if e.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+            raise MetricError("cannot generate code: the formula is infinite or undefined everywhere")
+
+
+def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str:
+    printer = MetricPrinter()
+    exprs = [e for _, e in outputs]
+    _check_emittable(exprs)
+    temps, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols("x"), optimizations="basic")
+    lines = [f"def {name}(TP, FP, FN, TN, eps):", f'    """{doc}"""']
+    for sym, e in temps:
+        lines.append(f"    {sym} = {printer.doprint(e)}")
+    names = []
+    for (out, _), e in zip(outputs, reduced):
+        lines.append(f"    {out} = {printer.doprint(e)}")
+        names.append(out)
+    lines.append(f"    return {', '.join(names)}")
+    return "\n".join(lines) + "\n"
+
+
+def emit_kernels(expr: sympy.Expr) -> str:
+    """Torch source of the two kernels for a metric over ``TP FP FN TN``.
+
+    ``metric_value(TP, FP, FN, TN, eps)`` is the metric with ``eps`` added to
+    every denominator, root and log (see :func:`metricc.analyse.guard`);
+    ``metric_and_coefficients`` also returns ``g1 = f_TP - f_FN`` and
+    ``g0 = f_FP - f_TN`` of that same guarded metric, which is all the backward
+    pass needs.
+
+    >>> print(emit_kernels(sympy.sympify("TP/(TP+FP)")).splitlines()[0])
+    def metric_value(TP, FP, FN, TN, eps):
+    """
+    # Differentiate with nonnegative counts, so |x|' is sign(x), not re/im terms.
+    guarded = guard(expr.xreplace(TO_NONNEGATIVE), EPS)
+    g1, g0 = (g.xreplace(FROM_NONNEGATIVE) for g in backward_coefficients(guarded,
+                                                                          TO_NONNEGATIVE))
+    guarded = guarded.xreplace(FROM_NONNEGATIVE)
+    value = _function(KERNEL_NAMES[0], "The metric, guarded by eps.", [("value", guarded)])
+    both = _function(
+        KERNEL_NAMES[1],
+        "The metric and its backward coefficients g1 = f_TP - f_FN, g0 = f_FP - f_TN.",
+        [("value", guarded), ("g1", g1), ("g0", g0)],
+    )
+    return textwrap.dedent(value) + "\n\n" + both

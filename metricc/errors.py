@@ -1,0 +1,58 @@
+"""Exceptions and warnings raised by metricc.
+
+Every mistake a user can make raises a :class:`MetricError`, which is a
+``ValueError``, so ``except ValueError`` in user code keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MetricError",
+    "MetricSyntaxError",
+    "UnknownNameError",
+    "MissingParameterError",
+    "VerificationError",
+    "MetricWarning",
+]
+
+
+class MetricError(ValueError):
+    """A formula, option or input that metricc cannot accept; the message says how to fix it."""
+
+
+class MetricSyntaxError(MetricError):
+    """A formula that does not parse.
+
+    ``line`` and ``column`` are 1-based; ``str(err)`` shows the offending line
+    with a ``^`` under the problem.
+    """
+
+    def __init__(self, message: str, text: str, line: int, column: int) -> None:
+        self.line = line
+        self.column = column
+        self.text = text
+        self.reason = message
+        lines = text.splitlines() or [""]
+        src = lines[line - 1] if 0 < line <= len(lines) else ""
+        caret = " " * (column - 1) + "^"
+        super().__init__(f"{message} (line {line}, column {column})\n    {src}\n    {caret}")
+
+
+class UnknownNameError(MetricError):
+    """A function or name that metricc does not know."""
+
+
+class MissingParameterError(MetricError):
+    """A formula with free parameters that were given no value."""
+
+    def __init__(self, message: str, missing: list[str]) -> None:
+        self.missing = missing
+        super().__init__(message)
+
+
+class VerificationError(MetricError):
+    """Raised by ``Metric.verify()`` when two ways of computing a gradient disagree."""
+
+
+class MetricWarning(UserWarning):
+    """A metric that is legal but likely a mistake as a training objective."""

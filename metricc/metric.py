@@ -1,0 +1,306 @@
+"""``metricc.compile``: the pipeline parse -> analyse -> emit -> run, behind one object."""
+
+from __future__ import annotations
+
+import builtins
+import linecache
+import math
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import sympy
+
+from .analyse import Analysis, analyse, undefined_where
+from .emit import emit_kernels
+from .errors import MetricError, MissingParameterError
+from .library import lookup
+from .parse import COUNTS, Formula, check_single_identifier, known_names, parse, suggest
+
+if TYPE_CHECKING:
+    import torch
+
+    from .runtime import MetricLoss
+    from .verify import VerificationReport
+
+__all__ = ["Metric", "compile"]
+
+_COUNT_ARGS = ("tp", "fp", "fn", "tn")
+
+
+def _as_rational(name: str, value: Any) -> sympy.Expr:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MetricError(f"parameter {name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise MetricError(f"parameter {name} must be finite, got {value!r}")
+    # str() keeps what the user typed: 0.3 becomes 3/10, not 5404319552844595/18014398509481984.
+    return sympy.Rational(str(value)) if isinstance(value, float) else sympy.Integer(value)
+
+
+class Metric:
+    """A compiled metric: its SymPy form, derivatives, exact scores and losses.
+
+    >>> import metricc
+    >>> m = metricc.compile("2*TP / (2*TP + FP + FN)")
+    >>> m.expr
+    2*TP/(FN + FP + 2*TP)
+    >>> m.value(tp=30, fp=5, fn=10, tn=955)
+    0.8
+    """
+
+    def __init__(self, formula: Formula, params: Mapping[str, float], name: str | None,
+                 higher_is_better: bool) -> None:
+        self.formula = formula
+        self.text = formula.text
+        self.name = name
+        self.parameters = dict(params)
+        self.higher_is_better = higher_is_better
+        subs = {sympy.Symbol(k): _as_rational(k, v) for k, v in params.items()}
+        expr = formula.expr.xreplace(subs)
+        self._check_expr(expr)
+        self.analysis: Analysis = analyse(expr)
+        self._kernels_source: str | None = None
+        self._loss_class: type[MetricLoss] | None = None
+
+    def _check_expr(self, expr: sympy.Expr) -> None:
+        if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+            raise MetricError(f"formula {self.text.strip()!r} divides by zero for every input")
+        if not expr.free_symbols & set(COUNTS.values()):
+            raise MetricError(
+                f"formula {self.text.strip()!r} depends on no count; a metric must use at "
+                "least one of TP, FP, FN, TN (or P, N, PP, PN, n)"
+            )
+        if expr.has(sympy.I):
+            raise MetricError(f"formula {self.text.strip()!r} is complex-valued")
+
+    def __repr__(self) -> str:
+        label = self.name or self.text.strip()
+        return f"Metric({label!r}, expr={self.expr}, higher_is_better={self.higher_is_better})"
+
+    # --- symbolic -------------------------------------------------------------------------
+    @property
+    def expr(self) -> sympy.Expr:
+        """The simplified metric over ``Symbol('TP')`` ... ``Symbol('TN')``."""
+        return self.analysis.expr
+
+    @property
+    def gradient(self) -> dict[str, sympy.Expr]:
+        """``{"TP": d metric/d TP, "FP": ..., "FN": ..., "TN": ...}``."""
+        return dict(self.analysis.gradient)
+
+    @property
+    def undefined(self) -> list[sympy.Expr]:
+        """Expressions whose vanishing leaves the metric undefined (``TP + FP`` for precision)."""
+        return list(self.analysis.undefined)
+
+    @property
+    def kernels_source(self) -> str:
+        """The generated torch source of ``metric_value`` and ``metric_and_coefficients``."""
+        if self._kernels_source is None:
+            self._kernels_source = emit_kernels(self.expr)
+        return self._kernels_source
+
+    # --- numeric --------------------------------------------------------------------------
+    def value(self, tp: Any = None, fp: Any = None, fn: Any = None, tn: Any = None, *,
+              zero_division: float | None = None) -> Any:
+        """The exact metric at the given counts: a float for numbers, a tensor for tensors.
+
+        Where the metric is undefined (``0/0`` and the like) it raises
+        :class:`MetricError`, or returns ``zero_division`` when that is given.
+        Counts the formula does not use may be left out.
+        """
+        import torch
+
+        given = dict(zip(_COUNT_ARGS, (tp, fp, fn, tn)))
+        used = {s.name.lower() for s in self.expr.free_symbols}
+        missing = [k for k in _COUNT_ARGS if given[k] is None and k in used]
+        if missing:
+            raise MetricError(f"value() needs {', '.join(missing)} for this metric")
+        tensor_in = any(isinstance(v, torch.Tensor) for v in given.values())
+        counts = []
+        for k in _COUNT_ARGS:
+            v = given[k] if given[k] is not None else 0.0
+            t = torch.as_tensor(v, dtype=torch.float64) if not isinstance(v, torch.Tensor) else v
+            if not t.is_floating_point():
+                t = t.to(torch.float64)
+            counts.append(t)
+        out = self._kernel("metric_value")(*counts, 0.0)
+        out = torch.as_tensor(out, dtype=counts[0].dtype)
+        bad = ~torch.isfinite(out)
+        if bool(bad.any()):
+            if zero_division is None:
+                where = " or ".join(f"{d} = 0" for d in self.undefined) or "these counts"
+                raise MetricError(
+                    f"the metric is undefined here ({where}); pass zero_division=<value> to "
+                    "choose what such a case scores"
+                )
+            out = torch.where(bad, torch.full_like(out, float(zero_division)), out)
+        return out if tensor_in else float(out)
+
+    def score(self, preds: Any, target: Any, threshold: float = 0.5, *,
+              zero_division: float | None = None) -> float:
+        """The exact metric on hard labels: ``preds >= threshold`` against 0/1 ``target``.
+
+        ``preds`` may hold probabilities or 0/1 labels (tensors, arrays or lists).
+        """
+        import torch
+
+        p = torch.as_tensor(preds)
+        t = torch.as_tensor(target)
+        if p.shape != t.shape:
+            raise MetricError(f"preds and target must have the same shape, got {tuple(p.shape)} "
+                              f"and {tuple(t.shape)}")
+        if p.numel() == 0:
+            raise MetricError("score() needs at least one prediction")
+        if not bool(((t == 0) | (t == 1)).all()):
+            raise MetricError("target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
+        hard = (p >= threshold) if p.is_floating_point() else (p != 0)
+        yt = t.to(torch.bool)
+        f64 = torch.float64
+        tp = (hard & yt).sum(dtype=f64)
+        fp = (hard & ~yt).sum(dtype=f64)
+        fn = (~hard & yt).sum(dtype=f64)
+        tn = (~hard & ~yt).sum(dtype=f64)
+        return float(self.value(tp, fp, fn, tn, zero_division=zero_division))
+
+    def _kernel(self, name: str) -> Any:
+        return getattr(self.loss_class, name)
+
+    @property
+    def loss_class(self) -> type[MetricLoss]:
+        """The :class:`metricc.runtime.MetricLoss` subclass holding the generated kernels."""
+        if self._loss_class is None:
+            import torch
+
+            from .runtime import MetricLoss
+
+            source = self.kernels_source
+            filename = f"<metricc {abs(hash(source)):x}>"
+            # linecache lets tracebacks and torch.compile show the generated lines.
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            namespace: dict[str, Any] = {"torch": torch}
+            exec(builtins.compile(source, filename, "exec"), namespace)  # noqa: S102 - generated from SymPy trees only
+            attrs = {
+                "metric_value": staticmethod(namespace["metric_value"]),
+                "metric_and_coefficients": staticmethod(namespace["metric_and_coefficients"]),
+                "formula": self.text.strip(),
+                "higher_is_better": self.higher_is_better,
+                "error_class": MetricError,
+                "__module__": "metricc.generated",
+                "__doc__": f"Loss for the metric {self.text.strip()!r} = {self.expr}.",
+            }
+            self._loss_class = type(_class_name(self.name), (MetricLoss,), attrs)
+        return self._loss_class
+
+    def loss(self, relaxation: str = "anyloss", **options: Any) -> MetricLoss:
+        """A ``torch.nn.Module`` computing ``1 - metric`` on the relaxed confusion matrix.
+
+        Options: ``amplifier`` (73), ``slope``/``offset`` (sigmoid relaxation),
+        ``from_logits``, ``backward`` (``"symbolic"`` or ``"autograd"``),
+        ``multidim_average`` (``"global"`` or ``"samplewise"``), ``reduction``, ``eps``.
+
+        >>> import torch, metricc
+        >>> loss = metricc.compile("f1").loss()
+        >>> x = torch.tensor([0.9, 0.2, 0.8], requires_grad=True)
+        >>> round(loss(x, torch.tensor([1.0, 0.0, 1.0])).item(), 4)
+        0.0
+        """
+        import inspect
+
+        from .runtime import MetricLoss
+
+        allowed = [p for p in inspect.signature(MetricLoss.__init__).parameters if p != "self"]
+        for key in options:
+            if key not in allowed:
+                raise MetricError(f"unknown loss option {key!r}{suggest(key, allowed)}; "
+                                  f"options are {', '.join(allowed)}")
+        return self.loss_class(relaxation, **options)
+
+    def verify(self, derivatives: Mapping[str, str] | None = None, **options: Any) -> VerificationReport:
+        """Check the gradient three ways; raise :class:`VerificationError` on any mismatch.
+
+        Symbolically: the code the backward runs equals SymPy's derivatives of the
+        metric and of the relaxation, and each of the user's ``derivatives``
+        (formula text per count) equals the true partial. Numerically, in float64:
+        symbolic backward = autograd of an independent implementation = finite
+        differences (``torch.autograd.gradcheck``) for every relaxation.
+
+        >>> import metricc
+        >>> metricc.compile("f1").verify(derivatives={"TP": "2*(FP+FN)/(2*TP+FP+FN)^2"}).ok
+        True
+        """
+        from .verify import verify
+
+        return verify(self, derivatives=derivatives, **options)
+
+
+def _class_name(name: str | None) -> str:
+    if not name:
+        return "MetricLoss_"
+    return "".join(part.capitalize() for part in name.split("_")) + "Loss"
+
+
+def compile(formula: str, *, higher_is_better: bool | None = None, **params: float) -> Metric:
+    """Compile a formula over ``TP FP FN TN`` (or a metric name) into a :class:`Metric`.
+
+    ``params`` give values to the formula's free parameters; named metrics have
+    defaults (``fbeta``'s ``beta=1``). ``higher_is_better`` defaults to the named
+    metric's direction, else ``True``.
+
+    >>> import metricc
+    >>> metricc.compile("fbeta", beta=2.0).value(tp=30, fp=5, fn=10, tn=955)
+    0.7692307692307693
+    """
+    if not isinstance(formula, str):
+        raise MetricError(f"formula must be a string, got {type(formula).__name__}")
+    key = (formula, tuple(sorted((k, repr(v)) for k, v in params.items())), higher_is_better)
+    try:
+        return _compile_cached(key, formula, higher_is_better, tuple(params.items()))
+    except TypeError as e:  # unhashable parameter values
+        raise MetricError(f"parameters must be numbers: {e}") from None
+
+
+@lru_cache(maxsize=256)
+def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
+                    param_items: tuple[tuple[str, float], ...]) -> Metric:
+    params = dict(param_items)
+    named = lookup(formula.strip())
+    check_single_identifier(formula)
+    try:
+        parsed = parse(formula)
+        given = {**parsed.defaults, **params}
+        extra = [k for k in params if k not in parsed.parameters]
+        if extra:
+            hint = "".join(suggest(k, list(parsed.parameters)) for k in extra)
+            known = ", ".join(parsed.parameters) or "none"
+            raise MetricError(f"unknown parameter {', '.join(map(repr, extra))}{hint}; "
+                              f"this formula's parameters: {known}")
+        missing = [p for p in parsed.parameters if p not in given]
+        if missing:
+            hints = "".join(suggest(p, known_names()) for p in missing)
+            raise MissingParameterError(
+                f"formula has parameter{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)} with no value{hints}; pass "
+                + ", ".join(f"{p}=<number>" for p in missing)
+                + " to metricc.compile, or fix the name if it is a typo",
+                missing,
+            )
+        direction = higher_is_better
+        if direction is None:
+            direction = named.higher_is_better if named else True
+        name = named.name if named else None
+        if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
+            name = formula.strip()
+        return Metric(parsed, given, name, direction)
+    except RecursionError:
+        raise MetricError("formula nests too deeply to analyse; split it with let-bindings") from None
+    except MetricError:
+        raise
+    except (ArithmeticError, TypeError, ValueError, AttributeError, NotImplementedError) as e:
+        # SymPy can fail deep inside on exotic input; the user gets a metricc error.
+        raise MetricError(f"could not analyse formula {formula.strip()!r}: {e}") from None
+
+
+# undefined_where is re-exported for callers that only need the analysis.
+__all__ += ["undefined_where"]

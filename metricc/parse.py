@@ -1,0 +1,409 @@
+"""Stage 1: formula text -> SymPy expression over ``TP FP FN TN`` and parameters.
+
+The grammar lives in ``grammar/metric.lark``; :class:`ToSympy` has one method per
+``-> alias`` there. Lark runs the transformer inline while it parses (LALR), so
+no step recurses on the nesting depth of the input.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import lark
+import sympy
+from lark import Token
+
+from .errors import MetricError, MetricSyntaxError, UnknownNameError
+from .library import lookup, names
+
+__all__ = [
+    "COUNTS",
+    "DERIVED",
+    "FUNCTIONS",
+    "Formula",
+    "parse",
+    "grammar_text",
+    "suggest",
+]
+
+#: The four counts of the confusion matrix, as SymPy symbols (no assumptions,
+#: so ``sympy.Symbol("TP")`` in user code is the same symbol).
+COUNTS: dict[str, sympy.Symbol] = {k: sympy.Symbol(k) for k in ("TP", "FP", "FN", "TN")}
+_TP, _FP, _FN, _TN = COUNTS.values()
+
+#: Handy totals, each a plain sum of counts.
+DERIVED: dict[str, sympy.Expr] = {
+    "P": _TP + _FN,
+    "N": _FP + _TN,
+    "PP": _TP + _FP,
+    "PN": _FN + _TN,
+    "n": _TP + _FP + _FN + _TN,
+}
+
+#: name -> (sympy constructor, minimum arity, maximum arity or None)
+FUNCTIONS: dict[str, tuple[Any, int, int | None]] = {
+    "sqrt": (sympy.sqrt, 1, 1),
+    "log": (sympy.log, 1, 1),
+    "exp": (sympy.exp, 1, 1),
+    "abs": (sympy.Abs, 1, 1),
+    "min": (sympy.Min, 2, None),
+    "max": (sympy.Max, 2, None),
+}
+
+MAX_LENGTH = 100_000
+MAX_NESTING = 500
+MAX_EXPONENT = 300
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A parsed formula: ``expr`` over count symbols and parameter symbols."""
+
+    text: str
+    expr: sympy.Expr
+    parameters: tuple[str, ...]
+    defaults: dict[str, float] = field(default_factory=dict)
+    bindings: dict[str, sympy.Expr] = field(default_factory=dict)
+
+
+def grammar_text() -> str:
+    """The grammar: from the installed wheel, else from the source checkout."""
+    packaged = resources.files("metricc").joinpath("grammar/metric.lark")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    checkout = Path(__file__).resolve().parent.parent / "grammar" / "metric.lark"
+    return checkout.read_text(encoding="utf-8")
+
+
+def suggest(name: str, candidates: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for a likely typo, else the empty string."""
+    lowered = {c.lower(): c for c in candidates}
+    if name.lower() in lowered and lowered[name.lower()] != name:
+        return f" (did you mean '{lowered[name.lower()]}'?)"
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
+
+
+def known_names() -> list[str]:
+    return [*COUNTS, *DERIVED, *names()]
+
+
+class _Name(sympy.Symbol):
+    """A symbol as written in the text; resolved to a count, binding, metric or parameter."""
+
+
+class _Position:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.first_use: dict[str, Token] = {}
+
+    def error(self, message: str, tok: Token) -> MetricSyntaxError:
+        return MetricSyntaxError(message, self.text, tok.line or 1, tok.column or 1)
+
+
+class ToSympy(lark.Transformer):  # type: ignore[type-arg]
+    """One method per grammar alias; runs inline in the LALR parser."""
+
+    def __init__(self, pos: _Position) -> None:
+        super().__init__()
+        self.pos = pos
+
+    def number(self, c: list[Token]) -> sympy.Expr:
+        tok = c[0]
+        m = re.search(r"[eE]([+-]?\d+)$", tok)
+        if m and abs(int(m.group(1))) > MAX_EXPONENT:
+            raise self.pos.error(f"number {tok} is out of range (exponent beyond ±{MAX_EXPONENT})", tok)
+        return sympy.Rational(str(tok))
+
+    def name(self, c: list[Token]) -> sympy.Expr:
+        tok = c[0]
+        self.pos.first_use.setdefault(str(tok), tok)
+        return _Name(str(tok))
+
+    def call(self, c: list[Any]) -> sympy.Expr:
+        tok, arglist = c
+        args = arglist or []
+        fname = str(tok)
+        if fname not in FUNCTIONS:
+            what = "a count, not a function" if fname in COUNTS or fname in DERIVED else "not a function"
+            if lookup(fname) or fname in COUNTS or fname in DERIVED:
+                raise self.pos.error(f"'{fname}' is {what}; write it without parentheses", tok)
+            raise self.pos.error(
+                f"unknown function '{fname}'{suggest(fname, list(FUNCTIONS))}; "
+                f"known functions: {', '.join(FUNCTIONS)}",
+                tok,
+            )
+        fn, lo, hi = FUNCTIONS[fname]
+        if len(args) < lo or (hi is not None and len(args) > hi):
+            want = f"exactly {lo}" if lo == hi else f"at least {lo}"
+            raise self.pos.error(
+                f"{fname}() takes {want} argument{'s' if lo > 1 else ''}, got {len(args)}", tok
+            )
+        return fn(*args)  # type: ignore[no-any-return]
+
+    def args(self, c: list[sympy.Expr]) -> list[sympy.Expr]:
+        return list(c)
+
+    def add(self, c: list[sympy.Expr]) -> sympy.Expr:
+        return c[0] + c[1]
+
+    def sub(self, c: list[sympy.Expr]) -> sympy.Expr:
+        return c[0] - c[1]
+
+    def mul(self, c: list[sympy.Expr]) -> sympy.Expr:
+        return c[0] * c[1]
+
+    def div(self, c: list[sympy.Expr]) -> sympy.Expr:
+        return c[0] / c[1]
+
+    def neg(self, c: list[sympy.Expr]) -> sympy.Expr:
+        return -c[0]
+
+    def pos(self, c: list[sympy.Expr]) -> sympy.Expr:
+        return c[0]
+
+    def pow(self, c: list[Any]) -> sympy.Expr:
+        base, _, exp = c
+        return base**exp  # type: ignore[no-any-return]
+
+    def binding(self, c: list[Any]) -> tuple[Token, sympy.Expr]:
+        return (c[0], c[1])
+
+    def start(self, c: list[Any]) -> list[Any]:
+        return c
+
+
+class _ParenNewlines:
+    """Post-lexer: newlines inside parentheses continue the line, as in Python."""
+
+    always_accept = ("_SEP",)
+
+    def __init__(self, pos: _Position) -> None:
+        self.pos = pos
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        depth = 0
+        for tok in stream:
+            if tok.type == "LPAR":
+                depth += 1
+                if depth > MAX_NESTING:
+                    raise self.pos.error(
+                        f"parentheses nested more than {MAX_NESTING} deep; "
+                        "split the formula with let-bindings",
+                        tok,
+                    )
+            elif tok.type == "RPAR":
+                depth = max(depth - 1, 0)
+            elif tok.type == "_SEP" and depth > 0 and tok != ";":
+                continue
+            yield tok
+
+
+def _friendly_expected(expected: set[str], parser: lark.Lark) -> str:
+    words = []
+    for term in sorted(expected):
+        if term == "NAME":
+            words.append("a name")
+        elif term == "NUMBER":
+            words.append("a number")
+        elif term in ("_SEP", "$END"):
+            words.append("end of formula")
+        else:
+            try:
+                pat = parser.get_terminal(term).pattern
+            except KeyError:
+                continue
+            if isinstance(pat, lark.lexer.PatternStr):
+                words.append(f"'{pat.value}'")
+            elif term == "POW_OP":
+                words.append("'^'")
+    words = sorted(set(words))
+    return ", ".join(words) if words else "something else"
+
+
+def _describe(tok: Token) -> str:
+    if tok.type == "$END":
+        return "end of formula"
+    if tok.type == "_SEP":
+        return "';'" if tok == ";" else "end of line"
+    return f"'{tok}'"
+
+
+def _syntax_tree(text: str, pos: _Position) -> list[Any]:
+    parser = _parser_for(pos)
+    try:
+        return parser.parse(text)  # type: ignore[no-any-return]
+    except lark.exceptions.VisitError as e:
+        if isinstance(e.orig_exc, MetricError):
+            raise e.orig_exc from None
+        raise
+    except lark.exceptions.UnexpectedCharacters as e:
+        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        hint = ""
+        if ch in "'\"":
+            hint = "; formulas have no strings"
+        elif ch == "_" or ch.isalpha():
+            hint = "; names start with a letter and use only ASCII letters, digits and '_'"
+        raise MetricSyntaxError(
+            f"unexpected character {ch!r}{hint}", text, e.line, e.column
+        ) from None
+    except lark.exceptions.UnexpectedToken as e:
+        tok = e.token
+        if tok.type == "$END":
+            if not text.strip() or not re.sub(r"#[^\n]*", "", text).strip(" \t\n;"):
+                raise MetricSyntaxError("empty formula: write an expression such as TP/(TP+FP)",
+                                        text, 1, 1) from None
+            lines = text.rstrip().splitlines() or [""]
+            last = re.split(r"[;\n]", re.sub(r"#[^\n]*", "", text).strip(" \t\n;"))[-1]
+            if re.match(r"\s*[A-Za-z][A-Za-z0-9_]*\s*=", last):
+                raise MetricSyntaxError(
+                    "the last line must be the metric expression, not a binding",
+                    text, len(lines), 1,
+                ) from None
+            raise MetricSyntaxError(
+                f"formula ends too early; expected {_friendly_expected(e.expected, parser)}",
+                text, len(lines), len(lines[-1]) + 1,
+            ) from None
+        msg = f"unexpected {_describe(tok)}; expected {_friendly_expected(e.expected, parser)}"
+        if tok.type == "EQUAL":
+            msg += " (a binding is `name = expression` on its own line)"
+        raise MetricSyntaxError(msg, text, tok.line or 1, tok.column or 1) from None
+    except lark.exceptions.UnexpectedInput as e:  # UnexpectedEOF and friends
+        raise MetricSyntaxError("could not parse formula", text, getattr(e, "line", 1) or 1,
+                                getattr(e, "column", 1) or 1) from None
+
+
+_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _shared_parser() -> tuple[lark.Lark, ToSympy, _ParenNewlines]:
+    # Building the LALR tables costs ~50 ms, so one parser is shared; the
+    # per-call position bookkeeping is swapped in under a lock.
+    blank = _Position("")
+    transformer = ToSympy(blank)
+    postlex = _ParenNewlines(blank)
+    parser = lark.Lark(
+        grammar_text(),
+        parser="lalr",
+        transformer=transformer,
+        postlex=postlex,
+        maybe_placeholders=True,
+    )
+    return parser, transformer, postlex
+
+
+def _parser_for(pos: _Position) -> lark.Lark:
+    parser, transformer, postlex = _shared_parser()
+    transformer.pos = pos
+    postlex.pos = pos
+    return parser
+
+
+def parse(text: str) -> Formula:
+    """Parse formula text into a :class:`Formula`.
+
+    >>> parse("precision = TP/(TP+FP); recall = TP/(TP+FN); precision*recall").expr
+    TP**2/((FN + TP)*(FP + TP))
+    """
+    if not isinstance(text, str):
+        raise MetricError(f"a formula must be a string, got {type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise MetricError(f"formula is {len(text)} characters long; the limit is {MAX_LENGTH}")
+    pos = _Position(text)
+    try:
+        with _LOCK:
+            parts = _syntax_tree(text, pos)
+        return _resolve(text, parts, pos)
+    except RecursionError:
+        raise MetricError(
+            "formula nests too deeply to analyse; split it with let-bindings"
+        ) from None
+
+
+def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
+    *bindings, body = parts
+    defined: dict[str, sympy.Expr] = {}
+    later = {str(tok): tok for tok, _ in bindings}
+    params: set[str] = set()
+    defaults: dict[str, float] = {}
+
+    def resolve(expr: sympy.Expr, upcoming: set[str]) -> sympy.Expr:
+        subs: dict[sympy.Symbol, sympy.Expr] = {}
+        for sym in expr.atoms(_Name):
+            name = sym.name
+            if name in defined:
+                subs[sym] = defined[name]
+            elif name in COUNTS:
+                subs[sym] = COUNTS[name]
+            elif name in DERIVED:
+                subs[sym] = DERIVED[name]
+            elif name in upcoming:
+                raise pos.error(f"'{name}' is used before it is defined", pos.first_use[name])
+            elif (metric := lookup(name)) is not None:
+                inner = _library_formula(metric.name)
+                subs[sym] = inner.expr
+                for k, v in inner.defaults.items():
+                    defaults.setdefault(k, v)
+                params.update(inner.parameters)
+            else:
+                params.add(name)
+                subs[sym] = sympy.Symbol(name)
+        return expr.xreplace(subs) if subs else expr
+
+    remaining = set(later)
+    for tok, expr in bindings:
+        name = str(tok)
+        if name in COUNTS or name in DERIVED:
+            raise pos.error(f"'{name}' is a built-in count and cannot be redefined", tok)
+        if name in FUNCTIONS:
+            raise pos.error(f"'{name}' is a function and cannot be redefined", tok)
+        if name in defined:
+            raise pos.error(f"'{name}' is defined twice", tok)
+        remaining.discard(name)
+        defined[name] = resolve(expr, remaining | {name})
+    result = resolve(body, set())
+    unused = set(params) & set(defined)
+    params -= unused
+    return Formula(
+        text=text,
+        expr=result,
+        parameters=tuple(sorted(params)),
+        defaults=defaults,
+        bindings=dict(defined),
+    )
+
+
+@lru_cache(maxsize=None)
+def _library_formula(name: str) -> Formula:
+    metric = lookup(name)
+    assert metric is not None
+    f = parse(metric.formula)
+    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {})
+
+
+def resolve_name(text: str) -> str | None:
+    """The canonical metric name if ``text`` is just a metric name or alias."""
+    metric = lookup(text.strip())
+    return metric.name if metric else None
+
+
+def check_single_identifier(text: str) -> None:
+    """Raise UnknownNameError if ``text`` is a lone unknown identifier (a likely typo)."""
+    word = text.strip()
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", word) and word not in COUNTS and word not in DERIVED:
+        if lookup(word) is None:
+            raise UnknownNameError(
+                f"unknown metric '{word}'{suggest(word, names())}; "
+                "`metricc list` shows the named metrics, or write a formula over TP, FP, FN, TN"
+            )
