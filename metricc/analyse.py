@@ -13,13 +13,13 @@ from .parse import COUNTS
 
 __all__ = [
     "EPS",
-    "simplify",
-    "partials",
-    "guard",
-    "backward_coefficients",
-    "undefined_where",
     "Analysis",
     "analyse",
+    "backward_coefficients",
+    "guard",
+    "partials",
+    "simplify",
+    "undefined_where",
 ]
 
 #: The symbol standing for the zero-division guard in guarded expressions.

@@ -18,7 +18,7 @@ from .analyse import EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE, backward_coefficient
 from .errors import MetricError
 from .parse import COUNTS
 
-__all__ = ["MetricPrinter", "emit_kernels", "KERNEL_NAMES"]
+__all__ = ["KERNEL_NAMES", "MetricPrinter", "emit_kernels"]
 
 KERNEL_NAMES = ("metric_value", "metric_and_coefficients")
 _ALLOWED_NAMES = {*COUNTS, "eps"}
@@ -104,8 +104,12 @@ def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str
     for sym, e in temps:
         lines.append(f"    {sym} = {printer.doprint(e)}")
     names = []
-    for (out, _), e in zip(outputs, reduced):
-        lines.append(f"    {out} = {printer.doprint(e)}")
+    for (out, _), e in zip(outputs, reduced, strict=False):
+        code = printer.doprint(e)
+        if not any(s.name in COUNTS or s.name.startswith("x") for s in e.free_symbols):
+            # A constant (e.g. 0 for a count the metric ignores) must still be a tensor.
+            code = f"torch.zeros_like(TP) + {code}"
+        lines.append(f"    {out} = {code}")
         names.append(out)
     lines.append(f"    return {', '.join(names)}")
     return "\n".join(lines) + "\n"

@@ -9,10 +9,10 @@ from __future__ import annotations
 __all__ = [
     "MetricError",
     "MetricSyntaxError",
-    "UnknownNameError",
-    "MissingParameterError",
-    "VerificationError",
     "MetricWarning",
+    "MissingParameterError",
+    "UnknownNameError",
+    "VerificationError",
 ]
 
 

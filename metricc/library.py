@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["NamedMetric", "METRICS", "ALIASES", "lookup", "names", "sklearn_reference"]
+__all__ = ["ALIASES", "METRICS", "NamedMetric", "lookup", "names", "sklearn_reference"]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from .library import lookup
 from .parse import COUNTS, Formula, check_single_identifier, known_names, parse, suggest
 
 if TYPE_CHECKING:
-    import torch
 
     from .runtime import MetricLoss
     from .verify import VerificationReport
@@ -112,7 +111,7 @@ class Metric:
         """
         import torch
 
-        given = dict(zip(_COUNT_ARGS, (tp, fp, fn, tn)))
+        given = dict(zip(_COUNT_ARGS, (tp, fp, fn, tn), strict=False))
         used = {s.name.lower() for s in self.expr.free_symbols}
         missing = [k for k in _COUNT_ARGS if given[k] is None and k in used]
         if missing:
@@ -180,7 +179,7 @@ class Metric:
             # linecache lets tracebacks and torch.compile show the generated lines.
             linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
             namespace: dict[str, Any] = {"torch": torch}
-            exec(builtins.compile(source, filename, "exec"), namespace)  # noqa: S102 - generated from SymPy trees only
+            exec(builtins.compile(source, filename, "exec"), namespace)
             attrs = {
                 "metric_value": staticmethod(namespace["metric_value"]),
                 "metric_and_coefficients": staticmethod(namespace["metric_and_coefficients"]),

@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,8 @@ __all__ = [
     "DERIVED",
     "FUNCTIONS",
     "Formula",
-    "parse",
     "grammar_text",
+    "parse",
     "suggest",
 ]
 
@@ -116,18 +116,18 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
 
     def __init__(self, pos: _Position) -> None:
         super().__init__()
-        self.pos = pos
+        self.where = pos
 
     def number(self, c: list[Token]) -> sympy.Expr:
         tok = c[0]
         m = re.search(r"[eE]([+-]?\d+)$", tok)
         if m and abs(int(m.group(1))) > MAX_EXPONENT:
-            raise self.pos.error(f"number {tok} is out of range (exponent beyond ±{MAX_EXPONENT})", tok)
+            raise self.where.error(f"number {tok} is out of range (exponent beyond ±{MAX_EXPONENT})", tok)
         return sympy.Rational(str(tok))
 
     def name(self, c: list[Token]) -> sympy.Expr:
         tok = c[0]
-        self.pos.first_use.setdefault(str(tok), tok)
+        self.where.first_use.setdefault(str(tok), tok)
         return _Name(str(tok))
 
     def call(self, c: list[Any]) -> sympy.Expr:
@@ -137,8 +137,8 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         if fname not in FUNCTIONS:
             what = "a count, not a function" if fname in COUNTS or fname in DERIVED else "not a function"
             if lookup(fname) or fname in COUNTS or fname in DERIVED:
-                raise self.pos.error(f"'{fname}' is {what}; write it without parentheses", tok)
-            raise self.pos.error(
+                raise self.where.error(f"'{fname}' is {what}; write it without parentheses", tok)
+            raise self.where.error(
                 f"unknown function '{fname}'{suggest(fname, list(FUNCTIONS))}; "
                 f"known functions: {', '.join(FUNCTIONS)}",
                 tok,
@@ -146,7 +146,7 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         fn, lo, hi = FUNCTIONS[fname]
         if len(args) < lo or (hi is not None and len(args) > hi):
             want = f"exactly {lo}" if lo == hi else f"at least {lo}"
-            raise self.pos.error(
+            raise self.where.error(
                 f"{fname}() takes {want} argument{'s' if lo > 1 else ''}, got {len(args)}", tok
             )
         return fn(*args)  # type: ignore[no-any-return]
@@ -189,7 +189,7 @@ class _ParenNewlines:
     always_accept = ("_SEP",)
 
     def __init__(self, pos: _Position) -> None:
-        self.pos = pos
+        self.where = pos
 
     def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         depth = 0
@@ -197,7 +197,7 @@ class _ParenNewlines:
             if tok.type == "LPAR":
                 depth += 1
                 if depth > MAX_NESTING:
-                    raise self.pos.error(
+                    raise self.where.error(
                         f"parentheses nested more than {MAX_NESTING} deep; "
                         "split the formula with let-bindings",
                         tok,
@@ -275,6 +275,9 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
                 text, len(lines), len(lines[-1]) + 1,
             ) from None
         msg = f"unexpected {_describe(tok)}; expected {_friendly_expected(e.expected, parser)}"
+        if set(e.expected) <= {"_SEP", "$END"}:
+            msg = (f"unexpected {_describe(tok)}: a formula is one expression, on its last line; "
+                   "earlier lines must be bindings `name = expression`")
         if tok.type == "EQUAL":
             msg += " (a binding is `name = expression` on its own line)"
         raise MetricSyntaxError(msg, text, tok.line or 1, tok.column or 1) from None
@@ -305,8 +308,8 @@ def _shared_parser() -> tuple[lark.Lark, ToSympy, _ParenNewlines]:
 
 def _parser_for(pos: _Position) -> lark.Lark:
     parser, transformer, postlex = _shared_parser()
-    transformer.pos = pos
-    postlex.pos = pos
+    transformer.where = pos
+    postlex.where = pos
     return parser
 
 
@@ -384,7 +387,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _library_formula(name: str) -> Formula:
     metric = lookup(name)
     assert metric is not None

@@ -1,0 +1,291 @@
+"""Stage 5: check a compiled metric's gradient three ways.
+
+Symbolic: the generated kernels are executed on SymPy symbols (through a tiny
+stand-in for the few ``torch`` functions they call) and compared with SymPy's
+own derivatives of the metric; the same is done for the relaxations in
+:mod:`metricc.runtime`. Numeric, in float64: the loss module's gradient is
+compared with autograd of an independent, straightforward implementation and
+with finite differences (``torch.autograd.gradcheck``).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import random
+import textwrap
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import sympy
+
+from .analyse import EPS, guard
+from .errors import MetricError, MetricWarning, VerificationError
+from .parse import COUNTS, parse
+
+if TYPE_CHECKING:
+    from .metric import Metric
+
+__all__ = ["Check", "VerificationReport", "symbolic_equal", "verify"]
+
+_POS = {s: sympy.Symbol(k, positive=True) for k, s in COUNTS.items()}
+_FROM_POS = {v: k for k, v in _POS.items()}
+_EPS_VALUE = sympy.Rational(1, 10**7)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparison: what was compared, whether it held, and a counterexample if not."""
+
+    name: str
+    ok: bool
+    how: str
+    counterexample: dict[str, float] | None = None
+
+    def __str__(self) -> str:
+        mark = "ok  " if self.ok else "FAIL"
+        extra = f"; counterexample {self.counterexample}" if self.counterexample else ""
+        return f"[{mark}] {self.name}: {self.how}{extra}"
+
+
+@dataclass
+class VerificationReport:
+    """All checks ``Metric.verify()`` ran; ``ok`` when every one held."""
+
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def __str__(self) -> str:
+        head = "verification passed" if self.ok else f"verification FAILED ({len(self.failures)})"
+        return "\n".join([head, *("  " + str(c) for c in self.checks)])
+
+
+def _random_point(rng: random.Random, symbols: list[sympy.Symbol]) -> dict[sympy.Symbol, Any]:
+    return {s: sympy.Rational(rng.randint(1, 60), rng.randint(1, 7)) for s in symbols}
+
+
+def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
+                   points: int = 12) -> tuple[bool, str, dict[str, float] | None]:
+    """Whether ``a == b`` for all positive counts: ``(equal, how, counterexample)``.
+
+    Exact rational evaluation at random points first (a cheap disproof with a
+    counterexample), then a symbolic proof that ``a - b`` simplifies to 0.
+    """
+    base = a.xreplace(_POS)
+    diff = base - b.xreplace(_POS)
+    symbols = sorted(diff.free_symbols | base.free_symbols, key=lambda s: s.name)
+    rng = random.Random(seed)
+    for _ in range(points):
+        pt = _random_point(rng, symbols)
+        try:
+            val = sympy.N(diff.xreplace(pt), 30)
+        except (ZeroDivisionError, ValueError, TypeError):  # pragma: no cover
+            continue
+        if val.is_finite is False or val.has(sympy.nan, sympy.zoo):
+            continue
+        if abs(complex(val)) > 1e-20 * (1 + abs(complex(sympy.N(base.xreplace(pt), 30)))):
+            return False, "differs", {s.name: float(v) for s, v in pt.items()}
+    for proof in (sympy.cancel, sympy.simplify):
+        try:
+            if proof(sympy.together(diff)) == 0:
+                return True, f"proved equal ({proof.__name__})", None
+        except (sympy.PolynomialError, TypeError, ValueError, NotImplementedError):
+            pass
+    return True, f"equal at {points} random exact points (no closed-form proof found)", None
+
+
+def _sympy_torch() -> SimpleNamespace:
+    """The functions generated code and the relaxations call, acting on SymPy expressions."""
+
+    def sigmoid(x: sympy.Expr) -> sympy.Expr:
+        return 1 / (1 + sympy.exp(-x))
+
+    def clamp(x: sympy.Expr, min: Any = None, max: Any = None) -> sympy.Expr:
+        if min is not None:
+            x = sympy.Max(x, sympy.nsimplify(min))
+        if max is not None:
+            x = sympy.Min(x, sympy.nsimplify(max))
+        return x
+
+    return SimpleNamespace(
+        sqrt=sympy.sqrt, rsqrt=lambda x: 1 / sympy.sqrt(x), abs=sympy.Abs, sign=sympy.sign,
+        log=sympy.log, exp=sympy.exp, maximum=sympy.Max, minimum=sympy.Min, clamp=clamp,
+        sigmoid=sigmoid, ones_like=lambda x: sympy.Integer(1), zeros_like=lambda x: sympy.Integer(0),
+        real=sympy.re, imag=sympy.im, where=lambda c, a, b: sympy.Piecewise((a, c), (b, True)),
+    )
+
+
+class _ExactNumbers(ast.NodeTransformer):
+    """Make number literals SymPy numbers, so ``1/2`` in generated code is exactly 1/2."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            return node
+        kind = "Integer" if isinstance(node.value, int) else "Float"
+        call = ast.Call(ast.Name("_sympy_" + kind, ast.Load()), [node], [])
+        return ast.copy_location(call, node)
+
+
+def _run_symbolically(source: str, fn: str, *args: Any) -> Any:
+    """Execute our own generated (or runtime) source on SymPy symbols, numbers kept exact."""
+    tree = ast.fix_missing_locations(_ExactNumbers().visit(ast.parse(source)))
+    namespace: dict[str, Any] = {"torch": _sympy_torch(), "Tensor": object,
+                                 "_sympy_Integer": sympy.Integer, "_sympy_Float": sympy.Float}
+    exec(compile(tree, f"<metricc verify {fn}>", "exec"), namespace)
+    return namespace[fn](*args)
+
+
+def _symbolic_kernel_checks(metric: Metric, report: VerificationReport, seed: int) -> None:
+    tp, fp, fn, tn = COUNTS.values()
+    value, g1, g0 = _run_symbolically(metric.kernels_source, "metric_and_coefficients",
+                                      tp, fp, fn, tn, EPS)
+    f = guard(metric.expr, EPS)
+    expected = {
+        "generated metric_value == guarded metric": (value, f),
+        "generated g1 == d/dTP - d/dFN": (g1, sympy.diff(f, tp) - sympy.diff(f, fn)),
+        "generated g0 == d/dFP - d/dTN": (g0, sympy.diff(f, fp) - sympy.diff(f, tn)),
+    }
+    for name, (got, want) in expected.items():
+        ok, how, cex = symbolic_equal(got, want, seed)
+        report.checks.append(Check(name, ok, how, cex))
+
+
+def _symbolic_relaxation_checks(report: VerificationReport, seed: int) -> None:
+    from . import runtime
+
+    src = textwrap.dedent(inspect.getsource(runtime.relax)) + "\n" + textwrap.dedent(
+        inspect.getsource(runtime.relax_grad))
+    s, amp, slope, offset = sympy.symbols("s amplifier slope offset", real=True)
+    for relaxation, from_logits in (("anyloss", False), ("anyloss", True), ("linear", False),
+                                    ("linear", True), ("sigmoid", True)):
+        args = (s, relaxation, amp, slope, offset, from_logits)
+        a = _run_symbolically(src, "relax", *args)
+        da = _run_symbolically(src, "relax_grad", *args)
+        diff = sympy.simplify(sympy.diff(a, s) - da)
+        ok = diff == 0
+        report.checks.append(Check(
+            f"relax_grad == d relax/ds ({relaxation}, from_logits={from_logits})", ok,
+            "proved equal (simplify)" if ok else f"difference {diff}",
+        ))
+
+
+def _user_derivative_checks(metric: Metric, derivatives: Mapping[str, str],
+                            report: VerificationReport, seed: int) -> None:
+    params = {sympy.Symbol(k): sympy.nsimplify(v) for k, v in metric.parameters.items()}
+    for count, text in derivatives.items():
+        if count not in COUNTS:
+            raise MetricError(f"derivatives keys must be TP, FP, FN or TN, got {count!r}")
+        if not isinstance(text, str):
+            raise MetricError(f"the derivative for {count} must be formula text, got {text!r}")
+        user = parse(text)
+        extra = [p for p in user.parameters if sympy.Symbol(p) not in params]
+        if extra:
+            raise MetricError(f"the derivative for {count} uses unknown names {extra}")
+        got = user.expr.xreplace(params)
+        want = sympy.diff(metric.expr, COUNTS[count])
+        ok, how, cex = symbolic_equal(got, want, seed)
+        if not ok and cex is not None:
+            point = {k: sympy.nsimplify(v) for k, v in cex.items()}
+            sub = {COUNTS[k]: v for k, v in point.items()}
+            how = (f"not equal: yours gives {float(got.xreplace(sub)):.6g}, "
+                   f"d metric/d{count} is {float(want.xreplace(sub)):.6g}")
+        report.checks.append(Check(f"your d/d{count} == d metric/d{count}", ok, how, cex))
+
+
+def _reference_loss(metric: Metric, relaxation: str, amplifier: float, eps: float) -> Any:
+    """A straightforward autograd implementation, independent of the generated code."""
+    import torch
+
+    f = guard(metric.expr, EPS).xreplace({EPS: sympy.Float(eps)})
+    tp, fp, fn, tn = COUNTS.values()
+    fn_metric = sympy.lambdify(
+        (tp, fp, fn, tn), f,
+        modules=[{"sqrt": torch.sqrt, "log": torch.log, "exp": torch.exp, "Abs": torch.abs,
+                  "sign": torch.sign}, "math"],
+    )
+
+    def loss(x: Any, y: Any) -> Any:
+        if relaxation == "anyloss":
+            a = 1 / (1 + torch.exp(-amplifier * (x - 0.5)))
+        elif relaxation == "sigmoid":
+            a = 1 / (1 + torch.exp(-x))
+        else:
+            a = x
+        TP = (y * a).sum()
+        FN = (y * (1 - a)).sum()
+        FP = ((1 - y) * a).sum()
+        TN = ((1 - y) * (1 - a)).sum()
+        value = fn_metric(TP, FP, FN, TN)
+        return 1 - value if metric.higher_is_better else value
+
+    return loss
+
+
+def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size: int,
+                    amplifier: float) -> None:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    y = (torch.rand(size, generator=gen, dtype=torch.float64) < 0.4).to(torch.float64)
+    y[0], y[1] = 1.0, 0.0
+    probs = torch.rand(size, generator=gen, dtype=torch.float64) * 0.9 + 0.05
+    logits = torch.randn(size, generator=gen, dtype=torch.float64) * 2
+    eps = 1e-7
+    for relaxation in ("anyloss", "linear", "sigmoid"):
+        x0 = logits if relaxation == "sigmoid" else probs
+        ref = _reference_loss(metric, relaxation, amplifier, eps)
+        xr = x0.clone().requires_grad_(True)
+        ref_value = ref(xr, y)
+        (ref_grad,) = torch.autograd.grad(ref_value, xr)
+        for backward in ("symbolic", "autograd"):
+            with warnings.catch_warnings():
+                # verify() checks gradients of any formula, wise as a loss or not.
+                warnings.simplefilter("ignore", MetricWarning)
+                module = metric.loss(relaxation, backward=backward, amplifier=amplifier,
+                                     eps=eps, from_logits=relaxation == "sigmoid")
+            x = x0.clone().requires_grad_(True)
+            value = module(x, y)
+            (grad,) = torch.autograd.grad(value, x)
+            close = torch.allclose(value, ref_value, rtol=1e-9, atol=1e-12) and torch.allclose(
+                grad, ref_grad, rtol=1e-7, atol=1e-10)
+            worst = float((grad - ref_grad).abs().max())
+            report.checks.append(Check(
+                f"{relaxation}/{backward}: loss and gradient == autograd of a plain implementation",
+                close, f"max |grad difference| {worst:.2e} (float64, {size} elements)"))
+            try:
+                fd_ok = torch.autograd.gradcheck(lambda t, m=module: m(t, y), (x0.clone().requires_grad_(True),),
+                                                 eps=1e-6, atol=1e-5, rtol=1e-4, raise_exception=False)
+            except RuntimeError as e:  # pragma: no cover - gradcheck internals
+                fd_ok = False
+                report.checks.append(Check("gradcheck error", False, str(e)))
+            report.checks.append(Check(
+                f"{relaxation}/{backward}: gradient == finite differences",
+                bool(fd_ok), "torch.autograd.gradcheck, float64"))
+
+
+def verify(metric: Metric, derivatives: Mapping[str, str] | None = None, *, seed: int = 0,
+           size: int = 24, amplifier: float = 73.0, numeric: bool = True,
+           raise_on_failure: bool = True) -> VerificationReport:
+    """Run every check on ``metric``; see :meth:`metricc.Metric.verify`."""
+    report = VerificationReport()
+    if derivatives:
+        _user_derivative_checks(metric, derivatives, report, seed)
+    _symbolic_kernel_checks(metric, report, seed)
+    _symbolic_relaxation_checks(report, seed)
+    if numeric:
+        _numeric_checks(metric, report, seed, size, amplifier)
+    if raise_on_failure and not report.ok:
+        err = VerificationError(str(report))
+        err.report = report  # type: ignore[attr-defined]
+        raise err
+    return report

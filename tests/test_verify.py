@@ -1,0 +1,65 @@
+"""Metric.verify(): symbolic proofs, user derivatives, numeric checks, and that it can fail."""
+
+from __future__ import annotations
+
+import pytest
+
+import metricc
+from metricc.library import METRICS
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_every_named_metric_verifies(name: str) -> None:
+    report = metricc.compile(name).verify()
+    assert report.ok
+    names = [c.name for c in report.checks]
+    assert "generated g1 == d/dTP - d/dFN" in names
+    assert sum("finite differences" in n for n in names) == 6  # 3 relaxations x 2 backward modes
+    assert sum("plain implementation" in n for n in names) == 6
+    proofs = [c.how for c in report.checks if c.name.startswith("generated")]
+    assert all(h.startswith("proved equal") for h in proofs), proofs
+
+
+def test_user_formula_verifies() -> None:
+    m = metricc.compile("""
+        precision = TP / (TP + FP)   # let-bindings, last line is the metric
+        recall    = TP / (TP + FN)
+        2 * precision * recall / (precision + recall)
+    """)
+    assert m.verify().ok
+
+
+def test_user_derivative_equal() -> None:
+    report = metricc.compile("f1").verify(derivatives={"TP": "2*(FP+FN)/(2*TP+FP+FN)^2",
+                                                       "TN": "0"})
+    first = report.checks[0]
+    assert first.ok and first.how.startswith("proved equal")
+
+
+def test_user_derivative_not_equal_gives_counterexample() -> None:
+    with pytest.raises(metricc.VerificationError) as info:
+        metricc.compile("f1").verify(derivatives={"FP": "2*TP/(2*TP+FP+FN)^2"})  # sign is wrong
+    report = info.value.report
+    bad = report.failures[0]
+    assert bad.name == "your d/dFP == d metric/dFP"
+    assert set(bad.counterexample) == {"TP", "FP", "FN"}
+    tp, fp, fn = (bad.counterexample[k] for k in ("TP", "FP", "FN"))
+    true_value = -2 * tp / (2 * tp + fp + fn) ** 2
+    assert f"{true_value:.6g}" in bad.how
+
+
+def test_user_derivative_errors() -> None:
+    m = metricc.compile("f1")
+    with pytest.raises(metricc.MetricError, match="TP, FP, FN or TN"):
+        m.verify(derivatives={"XX": "1"})
+    with pytest.raises(metricc.MetricSyntaxError):
+        m.verify(derivatives={"TP": "2*(FP+"})
+
+
+def test_verification_detects_a_wrong_kernel() -> None:
+    m = metricc.compile("f1")
+    m2 = metricc.Metric(m.formula, {}, None, True)
+    m2._kernels_source = m.kernels_source.replace("g0 = -x0/x1**2", "g0 = x0/x1**2")
+    assert m2._kernels_source != m.kernels_source
+    with pytest.raises(metricc.VerificationError, match="generated g0"):
+        m2.verify()
