@@ -184,6 +184,7 @@ class Metric:
                 "metric_value": staticmethod(namespace["metric_value"]),
                 "metric_and_coefficients": staticmethod(namespace["metric_and_coefficients"]),
                 "formula": self.text.strip(),
+                "source": source,
                 "higher_is_better": self.higher_is_better,
                 "error_class": MetricError,
                 "__module__": "metricc.generated",

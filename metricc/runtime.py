@@ -94,6 +94,8 @@ class MetricLoss(torch.nn.Module):
     """
 
     formula: ClassVar[str] = ""
+    #: The generated source of the two kernels, for reading.
+    source: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = True
     error_class: ClassVar[type[Exception]] = ValueError
     _function: ClassVar[Any] = None
