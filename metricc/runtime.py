@@ -17,6 +17,12 @@ REDUCTIONS = ("mean", "sum", "none")
 BACKWARDS = ("symbolic", "autograd")
 MULTIDIM_AVERAGES = ("global", "samplewise")
 
+if torch.distributed.is_available():
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_reduce as _differentiable_all_reduce
+else:  # some builds ship without torch.distributed; sync_dist then acts on one process
+    dist = None
+
 
 def relax(s: Tensor, relaxation: str, amplifier: float, slope: float, offset: float,
           from_logits: bool) -> Tensor:
@@ -81,6 +87,88 @@ def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor,
     return tp, fp, fn, tn
 
 
+def _world_size(process_group: Any) -> int:
+    """Ranks in ``process_group``; 1 when torch.distributed is absent or not initialised."""
+    if dist is None or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(process_group)
+
+
+def sync_counts(counts: Tensor, process_group: Any = None, *,
+                differentiable: bool = False) -> Tensor:
+    """Sum ``counts`` over the ranks of ``process_group`` (the default group for ``None``).
+
+    ``differentiable=True`` uses the autograd-aware all-reduce, whose backward
+    sums the incoming gradients over the ranks; otherwise the result is a
+    detached sum. Outside an initialised process group this is the identity.
+    """
+    if _world_size(process_group) == 1:
+        return counts
+    if differentiable:
+        group = process_group if process_group is not None else dist.group.WORLD
+        return _differentiable_all_reduce(counts, group=group)
+    total = counts.detach().clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(total, group=process_group)
+    return total
+
+
+class CountPool(torch.nn.Module):
+    """Pools a loss's soft counts over the ranks of a process group and over past batches.
+
+    With ``c_t`` the ``(R, 4)`` counts of batch ``t`` on this rank, the metric is
+    evaluated at ``C_t = sum_ranks c_t + decay * M_{t-1}`` and the memory becomes
+    ``M_t = C_t.detach()``. So ``C_t`` holds this batch's counts (through which
+    gradients flow) plus ``sum_{k<t} decay^(t-k) * (global counts of batch k)``,
+    detached. The memory is used and updated only in training mode; ``reset()``
+    (``MetricLoss.reset_memory()``) empties it.
+    """
+
+    memory: Tensor | None
+
+    def __init__(self, sync_dist: bool, process_group: Any, memory_decay: float | None,
+                 error_class: type[Exception] = ValueError) -> None:
+        super().__init__()
+        self.sync_dist = sync_dist
+        self.process_group = process_group
+        self.memory_decay = memory_decay
+        self.error_class = error_class
+        # Not persistent: the memory is per-epoch training state, and keeping it out of
+        # state_dict lets checkpoints load into losses with and without memory alike.
+        self.register_buffer("memory", None, persistent=False)
+
+    def extra_repr(self) -> str:
+        return f"sync_dist={self.sync_dist}, memory_decay={self.memory_decay}"
+
+    def reset(self) -> None:
+        """Forget all past batches."""
+        self.memory = None
+
+    def forward(self, counts: tuple[Tensor, ...], differentiable: bool = False
+                ) -> tuple[Tensor, ...]:
+        """The pooled ``(TP, FP, FN, TN)``, each of shape ``(R,)`` like the input's."""
+        c = torch.stack(counts, -1)
+        if self.sync_dist:
+            c = sync_counts(c, self.process_group, differentiable=differentiable)
+        if self.memory_decay is not None and self.training:
+            if self.memory is None:
+                self.memory = torch.zeros_like(c, requires_grad=False)
+            elif self.memory.shape != c.shape:
+                raise self.error_class(
+                    f"the loss's memory holds counts of shape {tuple(self.memory.shape)} but this "
+                    f"batch gives {tuple(c.shape)}; call reset_memory() when the rows change"
+                )
+            c = c + self.memory_decay * self.memory
+            # In place, so torch.compile sees a buffer mutation rather than a new attribute.
+            self.memory.copy_(c.detach())
+        return c.unbind(-1)
+
+    def sum_grad(self, grad: Tensor) -> Tensor:
+        """Adjoint of the forward all-reduce: the sum of every rank's incoming gradient."""
+        if not self.sync_dist:
+            return grad
+        return sync_counts(grad, self.process_group)
+
+
 class MetricLoss(torch.nn.Module):
     """``1 - metric`` (or ``metric`` where lower is better) on a relaxed confusion matrix.
 
@@ -126,6 +214,9 @@ class MetricLoss(torch.nn.Module):
         multidim_average: str = "global",
         reduction: str = "mean",
         eps: float = 1e-7,
+        sync_dist: bool = False,
+        process_group: Any = None,
+        memory_decay: float | None = None,
     ) -> None:
         super().__init__()
         err = self.error_class
@@ -152,11 +243,17 @@ class MetricLoss(torch.nn.Module):
         self.multidim_average = multidim_average
         self.reduction = reduction
         self.eps = float(eps)
+        self.pool = _count_pool(self, sync_dist, process_group, memory_decay)
 
     def extra_repr(self) -> str:
         return (f"relaxation={self.relaxation!r}, amplifier={self.amplifier}, "
                 f"from_logits={self.from_logits}, backward={self.backward_mode!r}, "
                 f"multidim_average={self.multidim_average!r}, reduction={self.reduction!r}")
+
+    def reset_memory(self) -> None:
+        """Forget the counts of past batches (``memory_decay``); a no-op without memory."""
+        if self.pool is not None:
+            self.pool.reset()
 
     def _relax_args(self) -> tuple[str, float, float, float, bool]:
         return self.relaxation, self.amplifier, self.slope, self.offset, self.from_logits
@@ -164,9 +261,12 @@ class MetricLoss(torch.nn.Module):
     def row_losses(self, s: Tensor, y: Tensor, w: Tensor | None = None) -> Tensor:
         """Loss of each row of ``(R, M)`` scores against ``(R, M)`` labels, shape ``(R,)``."""
         if self.backward_mode == "symbolic":
-            return self._function.apply(s, y, w, *self._relax_args(), self.eps)
+            return self._function.apply(s, y, w, *self._relax_args(), self.eps, self.pool)
         a = relax(s, *self._relax_args())
-        value = self.metric_value(*soft_counts(a, y, w), self.eps)
+        counts = soft_counts(a, y, w)
+        if self.pool is not None:
+            counts = self.pool(counts, differentiable=True)
+        value = self.metric_value(*counts, self.eps)
         loss = 1 - value if self.higher_is_better else value
         return loss.to(s.dtype)
 
@@ -199,10 +299,15 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         @staticmethod
         def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
                     amplifier: float, slope: float, offset: float, from_logits: bool,
-                    eps: float) -> Tensor:
+                    eps: float, pool: CountPool | None = None) -> Tensor:
             a = relax(s, relaxation, amplifier, slope, offset, from_logits)
-            value, g1, g0 = cls.metric_and_coefficients(*soft_counts(a, y, w), eps)
+            counts = soft_counts(a, y, w)
+            if pool is not None:
+                # Global (and remembered) counts: g1, g0 below are then the global partials.
+                counts = pool(counts)
+            value, g1, g0 = cls.metric_and_coefficients(*counts, eps)
             ctx.save_for_backward(s, y, w, g1, g0)
+            ctx.pool = pool
             ctx.relax_args = (relaxation, amplifier, slope, offset, from_logits)
             loss = 1 - value if cls.higher_is_better else value
             return loss.to(s.dtype)
@@ -210,6 +315,9 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         @staticmethod
         def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
             s, y, w, g1, g0 = ctx.saved_tensors
+            if ctx.pool is not None:
+                # Every rank's loss depends on this rank's counts through the all-reduce.
+                grad = ctx.pool.sum_grad(grad)
             # d loss / d a = sign * (y g1 + (1 - y) g0): two per-row scalars and
             # one elementwise pass, with no autograd graph through the sums.
             scale = grad.to(g1.dtype) * sign
@@ -219,7 +327,30 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             if w is not None:
                 coef = coef * w
             grad_s = coef * relax_grad(s, *ctx.relax_args)
-            return (grad_s, None, None, None, None, None, None, None, None)
+            return (grad_s, None, None, None, None, None, None, None, None, None)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
     return SymbolicMetric
+
+
+def _count_pool(loss: MetricLoss, sync_dist: bool, process_group: Any,
+                memory_decay: float | None) -> CountPool | None:
+    """Validate the distributed/memory options; ``None`` when neither is asked for."""
+    err = loss.error_class
+    if not isinstance(sync_dist, bool):
+        raise err(f"sync_dist must be True or False, got {sync_dist!r}")
+    if process_group is not None and not sync_dist:
+        raise err("process_group is used only with sync_dist=True")
+    if memory_decay is not None and (
+        isinstance(memory_decay, bool) or not isinstance(memory_decay, (int, float))
+        or not 0 <= memory_decay <= 1
+    ):
+        raise err(f"memory_decay must be a number in [0, 1] (or None), got {memory_decay!r}")
+    if not sync_dist and memory_decay is None:
+        return None
+    if loss.multidim_average == "samplewise":
+        raise err("sync_dist and memory_decay pool counts of the same confusion matrix over "
+                  "ranks and batches; with multidim_average='samplewise' every sample has its "
+                  "own, so use multidim_average='global'")
+    decay = None if memory_decay is None else float(memory_decay)
+    return CountPool(sync_dist, process_group, decay, err)
