@@ -19,7 +19,6 @@ MULTIDIM_AVERAGES = ("global", "samplewise")
 
 if torch.distributed.is_available():
     import torch.distributed as dist
-    from torch.distributed.nn.functional import all_reduce as _differentiable_all_reduce
 else:  # some builds ship without torch.distributed; sync_dist then acts on one process
     dist = None
 
@@ -105,11 +104,33 @@ def sync_counts(counts: Tensor, process_group: Any = None, *,
     if _world_size(process_group) == 1:
         return counts
     if differentiable:
-        group = process_group if process_group is not None else dist.group.WORLD
-        return _differentiable_all_reduce(counts, group=group)
-    total = counts.detach().clone(memory_format=torch.contiguous_format)
+        return _AllReduceSum.apply(counts, process_group)
+    return _all_reduce_sum(counts.detach(), process_group)
+
+
+def _all_reduce_sum(t: Tensor, process_group: Any) -> Tensor:
+    total = t.clone(memory_format=torch.contiguous_format)
     dist.all_reduce(total, group=process_group)
     return total
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over ranks whose backward sums the incoming gradients over ranks.
+
+    The same as ``torch.distributed.nn.functional.all_reduce`` (deprecated in
+    torch 2.13; its replacement in ``_functional_collectives`` has no autograd).
+    Every rank's loss depends on every rank's counts, so the gradient reaching
+    this rank's counts is the sum of all ranks' upstream gradients.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, t: Tensor, process_group: Any) -> Tensor:
+        ctx.process_group = process_group
+        return _all_reduce_sum(t, process_group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return _all_reduce_sum(grad, ctx.process_group), None
 
 
 class CountPool(torch.nn.Module):
@@ -150,9 +171,12 @@ class CountPool(torch.nn.Module):
         if self.sync_dist:
             c = sync_counts(c, self.process_group, differentiable=differentiable)
         if self.memory_decay is not None and self.training:
-            if self.memory is None:
-                self.memory = torch.zeros_like(c, requires_grad=False)
-            elif self.memory.shape != c.shape:
+            if self.memory is None or self.memory.dtype != c.dtype:
+                # float64 like the counts, also after module.half(): large sums lose
+                # precision (and overflow at 65504) in half precision.
+                old = self.memory
+                self.memory = torch.zeros_like(c) if old is None else old.to(c.dtype)
+            if self.memory.shape != c.shape:
                 raise self.error_class(
                     f"the loss's memory holds counts of shape {tuple(self.memory.shape)} but this "
                     f"batch gives {tuple(c.shape)}; call reset_memory() when the rows change"
@@ -166,7 +190,7 @@ class CountPool(torch.nn.Module):
         """Adjoint of the forward all-reduce: the sum of every rank's incoming gradient."""
         if not self.sync_dist:
             return grad
-        return sync_counts(grad, self.process_group)
+        return sync_counts(grad, self.process_group)  # detached: backward is not differentiated
 
 
 class MetricLoss(torch.nn.Module):

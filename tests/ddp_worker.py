@@ -1,0 +1,126 @@
+"""One rank of the DistributedDataParallel checks in ``test_distributed.py``.
+
+Run as ``python tests/ddp_worker.py RANK WORLD PORT OUTDIR``: joins a ``gloo``
+group on 127.0.0.1, trains a fresh float64 model for each case in :data:`CASES`
+on this rank's shard, and saves every step's loss and parameter gradients
+(after DDP's averaging) to ``OUTDIR/rank{RANK}.pt``. The test runs the same
+cases in one process on the concatenated shards (:func:`run_case` with
+``world=1``) and compares.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from typing import Any
+
+import torch
+
+FEATURES = 4
+CLASSES = 3
+STEPS = 2
+#: Uneven shards; the last shard of every step has no positives (binary) and
+#: no sample of the last class (rows).
+SHARDS = {1: [19], 2: [16, 3], 3: [5, 11, 3]}
+
+#: name -> (model kind, metric, loss options). "rows": one confusion matrix per
+#: class (one-vs-rest rows of softmax probabilities), macro-averaged.
+CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "binary_f1_symbolic": ("binary", "f1", {"relaxation": "anyloss", "amplifier": 10.0,
+                                            "from_logits": True, "sync_dist": True}),
+    "binary_mcc_autograd": ("binary", "mcc", {"relaxation": "sigmoid", "from_logits": True,
+                                              "backward": "autograd", "sync_dist": True}),
+    "binary_f1_unsynced": ("binary", "f1", {"relaxation": "anyloss", "amplifier": 10.0,
+                                            "from_logits": True, "sync_dist": False}),
+    "binary_f1_memory_symbolic": ("binary", "f1", {"relaxation": "linear", "from_logits": True,
+                                                   "sync_dist": True, "memory_decay": 0.5}),
+    "binary_jaccard_memory_autograd": ("binary", "jaccard", {
+        "relaxation": "linear", "from_logits": True, "backward": "autograd",
+        "sync_dist": True, "memory_decay": 1.0}),
+    "rows_dice_symbolic": ("rows", "dice", {"relaxation": "linear", "sync_dist": True}),
+    "rows_mcc_autograd": ("rows", "mcc", {"relaxation": "anyloss", "amplifier": 8.0,
+                                          "backward": "autograd", "sync_dist": True}),
+}
+
+
+def make_data(world: int, step: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Shards ``(x, binary y, class labels)`` of one step; the same for every world size."""
+    g = torch.Generator().manual_seed(1000 + step)
+    sizes = SHARDS[world]
+    n = sum(sizes)
+    x = torch.randn(n, FEATURES, generator=g, dtype=torch.float64)
+    y = (torch.rand(n, generator=g) < 0.4).double()
+    labels = torch.randint(0, CLASSES, (n,), generator=g)
+    # The last 3 samples form the last shard for world 3; keep them free of
+    # positives and of the last class, and make sure the rest has both.
+    y[-3:] = 0
+    y[0] = 1
+    labels[-3:] = labels[-3:] % (CLASSES - 1)
+    labels[:CLASSES] = torch.arange(CLASSES)
+    return list(zip(x.split(sizes), y.split(sizes), labels.split(sizes), strict=True))
+
+
+def make_model(kind: str) -> torch.nn.Module:
+    torch.manual_seed(7)
+    out = 1 if kind == "binary" else CLASSES
+    return torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, 5), torch.nn.Tanh(), torch.nn.Linear(5, out)
+    ).double()
+
+
+def objective(kind: str, loss: Any, out: torch.Tensor, y: torch.Tensor,
+              labels: torch.Tensor) -> torch.Tensor:
+    if kind == "binary":
+        return loss(out.squeeze(-1), y)
+    probs = torch.softmax(out, -1)
+    onehot = torch.nn.functional.one_hot(labels, CLASSES).to(probs.dtype)
+    return loss.row_losses(probs.T, onehot.T).mean()
+
+
+def run_case(name: str, world: int, rank: int, ddp: bool
+             ) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+    """Train ``STEPS`` SGD steps; each step's ``(loss, [param.grad])``.
+
+    ``world=1`` is the single-process reference on the concatenated batch: the
+    same loss with ``sync_dist`` off (there is nothing to sync).
+    """
+    import metricc
+
+    kind, metric, options = CASES[name]
+    if world == 1:
+        options = {**options, "sync_dist": False}
+    loss = metricc.compile(metric).loss(**options)
+    base = make_model(kind)
+    model = torch.nn.parallel.DistributedDataParallel(base) if ddp else base
+    opt = torch.optim.SGD(base.parameters(), lr=0.5)
+    results = []
+    for step in range(STEPS):
+        x, y, labels = make_data(world, step)[rank]
+        opt.zero_grad()
+        value = objective(kind, loss, model(x), y, labels)
+        value.backward()
+        results.append((value.detach().clone(), [p.grad.clone() for p in base.parameters()]))
+        opt.step()
+    return results
+
+
+def main(rank: int, world: int, port: int, outdir: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
+    try:
+        results = {name: run_case(name, world, rank, ddp=True) for name in CASES}
+        torch.save(results, f"{outdir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    # Skip interpreter teardown (seconds with torch loaded on a busy machine): the
+    # results are saved and the group is closed.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
