@@ -198,7 +198,10 @@ class Metric:
 
         Options: ``amplifier`` (73), ``slope``/``offset`` (sigmoid relaxation),
         ``from_logits``, ``backward`` (``"symbolic"`` or ``"autograd"``),
-        ``multidim_average`` (``"global"`` or ``"samplewise"``), ``reduction``, ``eps``.
+        ``multidim_average`` (``"global"`` or ``"samplewise"``), ``reduction``, ``eps``,
+        ``sync_dist``/``process_group`` (sum the counts over ranks: the exact global-batch
+        metric under DDP) and ``memory_decay`` (add a decayed memory of past batches'
+        counts); see docs/distributed.md.
 
         >>> import torch, metricc
         >>> loss = metricc.compile("f1").loss()
