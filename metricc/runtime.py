@@ -100,6 +100,9 @@ def sync_counts(counts: Tensor, process_group: Any = None, *,
     ``differentiable=True`` uses the autograd-aware all-reduce, whose backward
     sums the incoming gradients over the ranks; otherwise the result is a
     detached sum. Outside an initialised process group this is the identity.
+
+    >>> sync_counts(torch.ones(1, 4)).tolist()
+    [[1.0, 1.0, 1.0, 1.0]]
     """
     if _world_size(process_group) == 1:
         return counts
@@ -142,6 +145,12 @@ class CountPool(torch.nn.Module):
     gradients flow) plus ``sum_{k<t} decay^(t-k) * (global counts of batch k)``,
     detached. The memory is used and updated only in training mode; ``reset()``
     (``MetricLoss.reset_memory()``) empties it.
+
+    >>> pool = CountPool(sync_dist=False, process_group=None, memory_decay=1.0)
+    >>> counts = tuple(torch.tensor([v], dtype=torch.float64) for v in (1.0, 2.0, 3.0, 4.0))
+    >>> _ = pool(counts)
+    >>> [float(t) for t in pool(counts)]  # this batch plus the remembered one
+    [2.0, 4.0, 6.0, 8.0]
     """
 
     memory: Tensor | None
