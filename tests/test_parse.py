@@ -185,7 +185,7 @@ def test_random_formulas_parse_like_direct_sympy(f: tuple[str, sympy.Expr], coun
     text, direct = f
     parsed = parse(text).expr
     assert parsed == direct
-    point = dict(zip(sympy.symbols("TP FP FN TN"), counts))
+    point = dict(zip(sympy.symbols("TP FP FN TN"), counts, strict=True))
     assert sympy.N(parsed.subs(point), 20) == sympy.N(direct.subs(point), 20)
 
 
