@@ -37,7 +37,7 @@ def score_classes(metric: Metric, preds: Any, target: Any, threshold: float = 0.
     ignore_index, classes, class_weights = check_class_options(
         err, mode, average, ignore_index, classes, class_weights)
     p = torch.as_tensor(preds)
-    t = torch.as_tensor(target)
+    t = torch.as_tensor(target, device=p.device)  # counted where the predictions are
     if mode == "binary":
         if p.shape != t.shape:
             raise err(f"preds and target must have the same shape, got {tuple(p.shape)} "
@@ -53,7 +53,7 @@ def score_classes(metric: Metric, preds: Any, target: Any, threshold: float = 0.
     chosen, weights = select_classes(err, c, classes, class_weights)
     hard, y, mask = (x.reshape(n, x.shape[1], -1) for x in (hard, y, mask))
     if chosen is not None:
-        idx = torch.tensor(chosen)
+        idx = torch.tensor(chosen, device=hard.device)
         hard, y = hard.index_select(1, idx), y.index_select(1, idx)
         mask = mask if mask.shape[1] == 1 else mask.index_select(1, idx)
     f64 = torch.float64
@@ -62,7 +62,7 @@ def score_classes(metric: Metric, preds: Any, target: Any, threshold: float = 0.
     fp = (hard & ~y & mask).sum(dims, dtype=f64)
     fn = (~hard & y & mask).sum(dims, dtype=f64)
     tn = (~hard & ~y & mask).sum(dims, dtype=f64)
-    w = None if weights is None else torch.tensor(weights, dtype=f64)
+    w = None if weights is None else torch.tensor(weights, dtype=f64, device=tp.device)
 
     if average == "micro":
         # Pool the per-class matrices (class weights scale each class's counts).
@@ -114,7 +114,7 @@ def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int
             raise err(f"multiclass preds must be class indices in 0..{c - 1}")
     if c < 2:
         raise err(f"mode='multiclass' needs at least 2 classes, got {c}")
-    labels = torch.arange(c).view(1, c, *([1] * (pred.dim() - 1)))
+    labels = torch.arange(c, device=pred.device).view(1, c, *([1] * (pred.dim() - 1)))
     onehot_shape = (*pred.shape[:1], c, *pred.shape[1:])
     if tuple(t.shape) == onehot_shape:
         if ignore_index is not None:
