@@ -138,11 +138,33 @@ class Metric:
         return out if tensor_in else float(out)
 
     def score(self, preds: Any, target: Any, threshold: float = 0.5, *,
-              zero_division: float | None = None) -> float:
+              zero_division: float | None = None, mode: str = "binary",
+              average: str = "macro", ignore_index: int | None = None, classes: Any = None,
+              class_weights: Any = None, num_classes: int | None = None) -> Any:
         """The exact metric on hard labels: ``preds >= threshold`` against 0/1 ``target``.
 
         ``preds`` may hold probabilities or 0/1 labels (tensors, arrays or lists).
+        ``mode="multiclass"`` takes ``(N, C, *)`` scores (argmax) or ``(N, *)``
+        integer labels with ``num_classes``, against ``(N, *)`` class indices
+        or ``(N, C, *)`` one-hot targets; ``mode="multilabel"`` thresholds
+        ``(N, C, *)`` scores against 0/1 targets. ``average`` (``micro``,
+        ``macro``, ``weighted``; ``none`` returns a float64 tensor of per-class
+        values), ``ignore_index``, ``classes`` and ``class_weights`` act as in
+        :meth:`loss`; classes with neither target nor prediction are left out
+        of ``macro``/``weighted`` averages (``docs/modes.md``).
+
+        >>> import metricc
+        >>> metricc.compile("recall").score([0, 1, 2, 2], [0, 2, 2, 1], mode="multiclass",
+        ...                                 num_classes=3, average="micro")
+        0.5
         """
+        if mode != "binary" or ignore_index is not None:
+            from .modes import score_classes
+
+            return score_classes(self, preds, target, threshold, mode=mode, average=average,
+                                 ignore_index=ignore_index, classes=classes,
+                                 class_weights=class_weights, num_classes=num_classes,
+                                 zero_division=zero_division)
         import torch
 
         p = torch.as_tensor(preds)
@@ -199,6 +221,9 @@ class Metric:
         Options: ``amplifier`` (73), ``slope``/``offset`` (sigmoid relaxation),
         ``from_logits``, ``backward`` (``"symbolic"`` or ``"autograd"``),
         ``multidim_average`` (``"global"`` or ``"samplewise"``), ``reduction``, ``eps``,
+        ``mode`` (``"binary"``, ``"multiclass"``, ``"multilabel"``), ``average``
+        (``"micro"``, ``"macro"``, ``"weighted"``, ``"none"``), ``ignore_index``,
+        ``classes``, ``class_weights`` (see docs/modes.md);
         ``sync_dist``/``process_group`` (sum the counts over ranks: the exact global-batch
         metric under DDP) and ``memory_decay`` (add a decayed memory of past batches'
         counts); see docs/distributed.md.

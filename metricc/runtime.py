@@ -7,7 +7,10 @@ subclasses :class:`MetricLoss` and fills in its two generated kernels.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -16,6 +19,8 @@ RELAXATIONS = ("anyloss", "linear", "sigmoid")
 REDUCTIONS = ("mean", "sum", "none")
 BACKWARDS = ("symbolic", "autograd")
 MULTIDIM_AVERAGES = ("global", "samplewise")
+MODES = ("binary", "multiclass", "multilabel")
+AVERAGES = ("micro", "macro", "weighted", "none")
 
 if torch.distributed.is_available():
     import torch.distributed as dist
@@ -195,6 +200,16 @@ class CountPool(torch.nn.Module):
             self.memory.copy_(c.detach())
         return c.unbind(-1)
 
+    def presence(self, present: Tensor) -> Tensor:
+        """Whether each row is present (has support or a prediction) on any rank.
+
+        With ``sync_dist`` every rank must skip the same absent classes, or the ranks
+        would optimise different averages; past batches' presence is not remembered.
+        """
+        if not self.sync_dist:
+            return present
+        return sync_counts(present.to(torch.float64), self.process_group) > 0
+
     def sum_grad(self, grad: Tensor) -> Tensor:
         """Adjoint of the forward all-reduce: the sum of every rank's incoming gradient."""
         if not self.sync_dist:
@@ -206,12 +221,23 @@ class MetricLoss(torch.nn.Module):
     """``1 - metric`` (or ``metric`` where lower is better) on a relaxed confusion matrix.
 
     ``forward(input, target)``: ``input`` holds probabilities (or logits with
-    ``from_logits=True``), ``target`` 0/1 (or soft) labels of the same shape
-    ``(N, *)``. With ``multidim_average="global"`` the whole batch forms one
-    confusion matrix and the loss is a scalar; with ``"samplewise"`` each sample
-    has its own and ``reduction`` (``mean``, ``sum``, ``none``) combines them.
+    ``from_logits=True``). ``mode="binary"``: ``target`` 0/1 (or soft) labels
+    of the input's shape ``(N, *)``. ``"multiclass"``: input ``(N, C, *)``
+    (softmax applied when ``from_logits``), target ``(N, *)`` integer class
+    indices or ``(N, C, *)`` one-hot/soft labels. ``"multilabel"``: input and
+    target ``(N, C, *)``, one independent sigmoid per class. ``average`` combines
+    the classes (``micro`` pools their counts, ``macro`` averages their losses,
+    ``weighted`` by support, ``none`` returns one per class); ``ignore_index``
+    drops elements with that target from every count; ``classes`` picks class
+    indices and ``class_weights`` (one per class) weighs them.
+    With ``multidim_average="global"`` the whole batch forms the confusion
+    matrices; with ``"samplewise"`` each sample has its own and ``reduction``
+    (``mean``, ``sum``, ``none``) combines the samples. Averages skip classes
+    and samples with neither target nor (hard) prediction, falling back to all
+    when none remain: see ``docs/modes.md``.
     ``backward="symbolic"`` runs the backward pass from the metric's symbolic
-    partials in one elementwise pass; ``"autograd"`` differentiates the forward.
+    partials in one elementwise pass per row; ``"autograd"`` differentiates the
+    forward. Softmax and sigmoid are left to autograd either way.
     """
 
     formula: ClassVar[str] = ""
@@ -250,6 +276,11 @@ class MetricLoss(torch.nn.Module):
         sync_dist: bool = False,
         process_group: Any = None,
         memory_decay: float | None = None,
+        mode: str = "binary",
+        average: str = "macro",
+        ignore_index: int | None = None,
+        classes: Sequence[int] | None = None,
+        class_weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         err = self.error_class
@@ -277,10 +308,19 @@ class MetricLoss(torch.nn.Module):
         self.reduction = reduction
         self.eps = float(eps)
         self.pool = _count_pool(self, sync_dist, process_group, memory_decay)
+        self.mode = mode
+        self.average = average
+        self.ignore_index, self.classes, self.class_weights = check_class_options(
+            err, mode, average, ignore_index, classes, class_weights)
+        if mode == "multiclass" and relaxation == "sigmoid":
+            raise err("relaxation='sigmoid' acts on independent logits, but multiclass losses "
+                      "act on softmax probabilities: use relaxation='anyloss' or 'linear', "
+                      "or mode='multilabel' for independent sigmoids")
 
     def extra_repr(self) -> str:
         return (f"relaxation={self.relaxation!r}, amplifier={self.amplifier}, "
                 f"from_logits={self.from_logits}, backward={self.backward_mode!r}, "
+                f"mode={self.mode!r}, average={self.average!r}, "
                 f"multidim_average={self.multidim_average!r}, reduction={self.reduction!r}")
 
     def reset_memory(self) -> None:
@@ -288,14 +328,21 @@ class MetricLoss(torch.nn.Module):
         if self.pool is not None:
             self.pool.reset()
 
-    def _relax_args(self) -> tuple[str, float, float, float, bool]:
-        return self.relaxation, self.amplifier, self.slope, self.offset, self.from_logits
+    def _relax_args(self, from_logits: bool | None = None) -> tuple[str, float, float, float, bool]:
+        fl = self.from_logits if from_logits is None else from_logits
+        return self.relaxation, self.amplifier, self.slope, self.offset, fl
 
-    def row_losses(self, s: Tensor, y: Tensor, w: Tensor | None = None) -> Tensor:
-        """Loss of each row of ``(R, M)`` scores against ``(R, M)`` labels, shape ``(R,)``."""
+    def row_losses(self, s: Tensor, y: Tensor, w: Tensor | None = None, *,
+                   from_logits: bool | None = None) -> Tensor:
+        """Loss of each row of ``(R, M)`` scores against ``(R, M)`` labels, shape ``(R,)``.
+
+        ``from_logits`` overrides the module's setting (multiclass rows hold
+        softmax probabilities even when the input held logits).
+        """
+        args = self._relax_args(from_logits)
         if self.backward_mode == "symbolic":
-            return self._function.apply(s, y, w, *self._relax_args(), self.eps, self.pool)
-        a = relax(s, *self._relax_args())
+            return self._function.apply(s, y, w, *args, self.eps, self.pool)
+        a = relax(s, *args)
         counts = soft_counts(a, y, w)
         if self.pool is not None:
             counts = self.pool(counts, differentiable=True)
@@ -304,24 +351,286 @@ class MetricLoss(torch.nn.Module):
         return loss.to(s.dtype)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        if input.shape != target.shape:
-            raise self.error_class(
-                f"input and target must have the same shape, got {tuple(input.shape)} and "
-                f"{tuple(target.shape)}"
-            )
+        err = self.error_class
         if not input.is_floating_point():
-            raise self.error_class(f"input must be a floating-point tensor, got {input.dtype}")
-        target = target.to(input.dtype)
-        if self.multidim_average == "global" or input.dim() == 0:
-            losses = self.row_losses(input.reshape(1, -1), target.reshape(1, -1))
-            return losses[0] if self.reduction != "none" else losses.reshape(())
-        n = input.shape[0]
-        losses = self.row_losses(input.reshape(n, -1), target.reshape(n, -1))
-        if self.reduction == "mean":
-            return losses.mean()
-        if self.reduction == "sum":
-            return losses.sum()
-        return losses
+            raise err(f"input must be a floating-point tensor, got {input.dtype}")
+        r = class_rows(err, input, target, self.mode, self.from_logits, self.ignore_index,
+                       self.classes, self.class_weights)
+        n, k, m = r.s.shape
+        # One class (binary) makes every average the same; micro is the cheapest.
+        average = "micro" if self.mode == "binary" else self.average
+        samplewise = self.multidim_average == "samplewise" and input.dim() > 0
+        w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
+        if average == "micro" and r.weights is not None:
+            # Micro pools the classes' counts, so a class weight scales its elements.
+            cw = r.weights.to(r.s.dtype).view(1, k, 1)
+            w = cw.expand(n, k, m) if w is None else w * cw
+
+        def rows(t: Tensor) -> Tensor:
+            if average == "micro":  # one row per sample (or one for the batch)
+                return t.reshape(n, k * m) if samplewise else t.reshape(1, -1)
+            # one row per (sample, class), or per class
+            return t.reshape(n * k, m) if samplewise else t.transpose(0, 1).reshape(k, -1)
+
+        yr = rows(r.y)
+        wr = None if w is None else rows(w)
+        losses = self.row_losses(rows(r.s), yr, wr, from_logits=r.from_logits)
+        f64 = torch.float64
+        support = (yr if wr is None else yr * wr).detach().sum(-1, dtype=f64)
+        hard = rows(r.hard)
+        if wr is not None:  # ignored (or zero-weight) elements predict nothing either
+            hard = hard & (wr > 0)
+        present = (support > 0) | hard.any(-1)
+        if self.pool is not None:
+            present = self.pool.presence(present)
+        shape = (n if samplewise else 1, -1)
+        per, keep = average_rows(losses.view(shape), present.view(shape), support.view(shape),
+                                 None if average == "micro" else r.weights,
+                                 "macro" if average == "micro" else average)
+        if not samplewise:
+            return per[0]
+        return reduce_samples(per, keep, self.reduction)
+
+
+class ClassRows(NamedTuple):
+    """Scores, labels and masks of a batch laid out as ``(N, K, M)``.
+
+    ``K`` is the number of selected classes (1 in binary mode), ``M`` the
+    number of elements per sample and class. ``mask`` (``(N, 1 or K, M)``,
+    ``None`` without ``ignore_index``) is False where the target is ignored;
+    ``hard`` is the 0/1 prediction (threshold or argmax) that decides which
+    classes are present; ``weights`` holds the selected ``class_weights``.
+    """
+
+    s: Tensor
+    y: Tensor
+    mask: Tensor | None
+    hard: Tensor
+    from_logits: bool
+    weights: Tensor | None
+
+
+def check_class_options(
+    err: type[Exception], mode: str, average: str, ignore_index: Any,
+    classes: Any, class_weights: Any,
+) -> tuple[int | None, tuple[int, ...] | None, tuple[float, ...] | None]:
+    """Validate ``mode``, ``average``, ``ignore_index``, ``classes``, ``class_weights``.
+
+    Returns ``(ignore_index, classes, class_weights)`` as plain ints and floats.
+    """
+    for name, value, allowed in (("mode", mode, MODES), ("average", average, AVERAGES)):
+        if value not in allowed:
+            raise err(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
+    if ignore_index is not None:
+        ignore_index = _as_int(err, "ignore_index", ignore_index)
+    if mode == "binary" and (classes is not None or class_weights is not None):
+        raise err("classes and class_weights pick and weigh the classes of an (N, C, *) input; "
+                  "mode='binary' has a single class: use mode='multiclass' or 'multilabel'")
+    cl = None
+    if classes is not None:
+        cl = tuple(_as_int(err, "classes", c) for c in _as_sequence(err, "classes", classes))
+        if not cl:
+            raise err("classes is empty: list at least one class index, or pass None for all")
+        if min(cl) < 0:
+            raise err(f"classes must be class indices >= 0, got {list(cl)}")
+        if len(set(cl)) != len(cl):
+            raise err(f"classes lists a class twice: {list(cl)}")
+    cw = None
+    if class_weights is not None:
+        if average == "none":
+            raise err("class_weights weigh the classes in an average; average='none' returns "
+                      "each class's loss on its own, so weights do not apply")
+        cw = tuple(_as_float(err, x) for x in _as_sequence(err, "class_weights", class_weights))
+        if not cw:
+            raise err("class_weights is empty: give one weight per class, or pass None")
+    return ignore_index, cl, cw
+
+
+def _as_sequence(err: type[Exception], name: str, value: Any) -> list[Any]:
+    if isinstance(value, Tensor):
+        value = value.tolist()
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise err(f"{name} must be a list of numbers, got {value!r}")
+    return list(value)
+
+
+def _as_int(err: type[Exception], name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise err(f"{name} must hold integers, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise err(f"{name} must hold integers, got {value!r}") from None
+
+
+def _as_float(err: type[Exception], value: Any) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = float("nan")
+    if isinstance(value, bool) or not math.isfinite(x) or x < 0:
+        raise err(f"class_weights must be finite numbers >= 0, got {value!r}")
+    return x
+
+
+def select_classes(err: type[Exception], num_classes: int, classes: tuple[int, ...] | None,
+                   class_weights: tuple[float, ...] | None
+                   ) -> tuple[list[int] | None, list[float] | None]:
+    """Check ``classes`` and ``class_weights`` against the input's ``num_classes``.
+
+    Returns the selected class indices (``None`` for all) and their weights.
+    """
+    if classes is not None and max(classes) >= num_classes:
+        bad = [c for c in classes if c >= num_classes]
+        raise err(f"classes names class {bad[0]}, but the input has {num_classes} classes "
+                  f"(indices 0 to {num_classes - 1})")
+    chosen = list(classes) if classes is not None else list(range(num_classes))
+    if class_weights is None:
+        return (None if classes is None else chosen), None
+    if len(class_weights) != num_classes:
+        raise err(f"class_weights has {len(class_weights)} weights but the input has "
+                  f"{num_classes} classes: give one weight per class index (the weights of "
+                  "classes left out by classes= are not used)")
+    weights = [class_weights[c] for c in chosen]
+    if not sum(weights) > 0:
+        raise err("class_weights of the selected classes are all 0; at least one must be > 0")
+    return (None if classes is None else chosen), weights
+
+
+def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
+               from_logits: bool, ignore_index: int | None, classes: tuple[int, ...] | None,
+               class_weights: tuple[float, ...] | None) -> ClassRows:
+    """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
+
+    Raises ``err`` when the target's shape (or dtype, for class indices) does
+    not fit the mode. Only shapes are checked, so this stays traceable by
+    ``torch.compile``; label values are not inspected.
+    """
+    dtype = input.dtype
+    if mode == "binary":
+        if input.shape != target.shape:
+            raise err(f"input and target must have the same shape, got {tuple(input.shape)} "
+                      f"and {tuple(target.shape)}")
+        n = input.shape[0] if input.dim() > 0 else 1
+        s = input.reshape(n, 1, -1)
+        t = target.reshape(n, 1, -1)
+        mask = None if ignore_index is None else t != ignore_index
+        y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
+        hard = s >= (0.0 if from_logits else 0.5)
+        return ClassRows(s, y, mask, hard, from_logits, None)
+
+    if input.dim() < 2:
+        raise err(f"mode={mode!r} needs input of shape (N, C, *) with classes on dim 1, got "
+                  f"{tuple(input.shape)}; for one class per element use mode='binary'")
+    n, c = input.shape[:2]
+    chosen, weights = select_classes(err, c, classes, class_weights)
+    w_t = None if weights is None else torch.tensor(weights, dtype=dtype, device=input.device)
+    idx = None if chosen is None else torch.tensor(chosen, device=input.device)
+
+    def pick(t: Tensor) -> Tensor:
+        return t if idx is None or t.shape[1] == 1 else t.index_select(1, idx)
+
+    if mode == "multilabel":
+        if target.shape != input.shape:
+            raise err(f"mode='multilabel' needs target of the input's shape {tuple(input.shape)} "
+                      f"(one 0/1 label per class), got {tuple(target.shape)}")
+        s = input.reshape(n, c, -1)
+        t = target.reshape(n, c, -1)
+        mask = None if ignore_index is None else t != ignore_index
+        y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
+        hard = s >= (0.0 if from_logits else 0.5)
+        return ClassRows(pick(s), pick(y), None if mask is None else pick(mask), pick(hard),
+                         from_logits, w_t)
+
+    # multiclass
+    if c < 2:
+        raise err(f"mode='multiclass' needs at least 2 classes on dim 1, got input of shape "
+                  f"{tuple(input.shape)}; for a single class use mode='binary'")
+    index_shape = input.shape[:1] + input.shape[2:]
+    p = torch.softmax(input, dim=1) if from_logits else input
+    s = p.reshape(n, c, -1)
+    labels = torch.arange(c, device=input.device).view(1, c, 1)
+    # argmax of the logits is the argmax of the softmax; max(1).indices is that argmax
+    # (first maximum on ties, too) but several times faster on CPU than argmax(1).
+    hard = input.detach().max(1).indices.reshape(n, 1, -1) == labels
+    if target.shape == input.shape:
+        if ignore_index is not None:
+            raise err("ignore_index applies to class-index targets of shape (N, *); with "
+                      "one-hot targets (N, C, *) pass class indices (target.argmax(1) with "
+                      "the ignored elements set to ignore_index) instead")
+        y = target.reshape(n, c, -1).to(dtype)
+        mask = None
+    elif target.shape == index_shape:
+        if target.is_floating_point() or target.is_complex():
+            raise err(f"class-index targets of shape {tuple(index_shape)} must be an integer "
+                      f"tensor, got {target.dtype}; use target.long(), or pass one-hot "
+                      f"targets of shape {tuple(input.shape)}")
+        t = target.reshape(n, 1, -1)
+        y = (t == labels).to(dtype)
+        mask = None if ignore_index is None else t != ignore_index
+    else:
+        raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
+                  f"indices) or {tuple(input.shape)} (one-hot or soft), got "
+                  f"{tuple(target.shape)}")
+    return ClassRows(pick(s), pick(y), mask, pick(hard), False, w_t)
+
+
+def _first_positive(candidates: list[Tensor], dim: int) -> Tensor:
+    """Along ``dim``, the first candidate weight vector whose sum is positive (else the last)."""
+    out = candidates[-1]
+    for cand in reversed(candidates[:-1]):
+        out = torch.where(cand.sum(dim, keepdim=True) > 0, cand, out)
+    return out
+
+
+def class_average_weights(present: Tensor, support: Tensor, weights: Tensor | None,
+                          average: str) -> Tensor:
+    """The weight of each class in each sample's average: the absent-class policy.
+
+    ``present`` (``(S, K)`` bool) marks classes with a target or a (hard)
+    prediction in that sample's counts, ``support`` is each class's (weighted)
+    number of target elements, ``weights`` the ``class_weights`` (``(K,)``).
+    ``macro`` weighs present classes by ``weights`` and ignores absent ones;
+    ``weighted`` weighs them by ``weights * support``. Where that leaves
+    nothing, it falls back to the present classes, then to every class, so the
+    weights of each row are >= 0 and sum to 1 (float64).
+    """
+    f64 = torch.float64
+    base = torch.ones_like(support, dtype=f64)
+    if weights is not None:
+        base = base * weights.to(device=support.device, dtype=f64)
+    candidates = [base * present.to(f64), base]
+    if average == "weighted":
+        candidates.insert(0, base * support.to(f64))
+    v = _first_positive(candidates, -1)
+    return v / v.sum(-1, keepdim=True)
+
+
+def average_rows(values: Tensor, present: Tensor, support: Tensor, weights: Tensor | None,
+                 average: str) -> tuple[Tensor, Tensor]:
+    """Average ``(S, K)`` per-class values over classes (see :func:`class_average_weights`).
+
+    Returns the per-sample values (``(S,)``, or ``(S, K)`` for ``none``) and
+    which of them had anything present.
+    """
+    if average == "none":
+        return values, present
+    v = class_average_weights(present, support, weights, average)
+    return (v.to(values.dtype) * values).sum(-1), present.any(-1)
+
+
+def reduce_samples(per: Tensor, keep: Tensor, reduction: str) -> Tensor:
+    """``reduction`` over samples (dim 0), skipping samples with nothing present.
+
+    When no sample has anything present, every sample counts.
+    """
+    if reduction == "none":
+        return per
+    f64 = torch.float64
+    u = _first_positive([keep.to(f64), torch.ones_like(keep, dtype=f64)], 0)
+    if reduction == "mean":
+        u = u / u.sum(0, keepdim=True)
+    return (u.to(per.dtype) * per).sum(0)
 
 
 def _symbolic_function(cls: type[MetricLoss]) -> Any:
