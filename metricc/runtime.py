@@ -200,15 +200,15 @@ class CountPool(torch.nn.Module):
             self.memory.copy_(c.detach())
         return c.unbind(-1)
 
-    def presence(self, present: Tensor) -> Tensor:
-        """Whether each row is present (has support or a prediction) on any rank.
+    def across_ranks(self, t: Tensor) -> Tensor:
+        """``t`` (detached, float64) summed over ranks under ``sync_dist``, else as it is.
 
-        With ``sync_dist`` every rank must skip the same absent classes, or the ranks
-        would optimise different averages; past batches' presence is not remembered.
+        Used for the class support and presence that decide the average's weights:
+        every rank must average the same classes with the same weights, or the ranks
+        would optimise different objectives. Past batches' are not remembered.
         """
-        if not self.sync_dist:
-            return present
-        return sync_counts(present.to(torch.float64), self.process_group) > 0
+        t = t.detach().to(torch.float64)
+        return sync_counts(t, self.process_group) if self.sync_dist else t
 
     def sum_grad(self, grad: Tensor) -> Tensor:
         """Adjoint of the forward all-reduce: the sum of every rank's incoming gradient."""
@@ -382,7 +382,8 @@ class MetricLoss(torch.nn.Module):
             hard = hard & (wr > 0)
         present = (support > 0) | hard.any(-1)
         if self.pool is not None:
-            present = self.pool.presence(present)
+            support = self.pool.across_ranks(support)
+            present = self.pool.across_ranks(present) > 0
         shape = (n if samplewise else 1, -1)
         per, keep = average_rows(losses.view(shape), present.view(shape), support.view(shape),
                                  None if average == "micro" else r.weights,

@@ -38,6 +38,15 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "binary_jaccard_memory_autograd": ("binary", "jaccard", {
         "relaxation": "linear", "from_logits": True, "backward": "autograd",
         "sync_dist": True, "memory_decay": 1.0}),
+    "multiclass_f1_macro_symbolic": ("multiclass", "f1", {
+        "mode": "multiclass", "from_logits": True, "relaxation": "anyloss", "amplifier": 10.0,
+        "sync_dist": True}),
+    "multiclass_mcc_weighted_autograd": ("multiclass", "mcc", {
+        "mode": "multiclass", "from_logits": True, "average": "weighted", "relaxation": "linear",
+        "backward": "autograd", "sync_dist": True}),
+    "multiclass_dice_micro_symbolic": ("multiclass", "dice", {
+        "mode": "multiclass", "from_logits": True, "average": "micro", "relaxation": "linear",
+        "sync_dist": True}),
     "rows_dice_symbolic": ("rows", "dice", {"relaxation": "linear", "sync_dist": True}),
     "rows_mcc_autograd": ("rows", "mcc", {"relaxation": "anyloss", "amplifier": 8.0,
                                           "backward": "autograd", "sync_dist": True}),
@@ -73,6 +82,8 @@ def objective(kind: str, loss: Any, out: torch.Tensor, y: torch.Tensor,
               labels: torch.Tensor) -> torch.Tensor:
     if kind == "binary":
         return loss(out.squeeze(-1), y)
+    if kind == "multiclass":
+        return loss(out, labels)
     probs = torch.softmax(out, -1)
     onehot = torch.nn.functional.one_hot(labels, CLASSES).to(probs.dtype)
     return loss.row_losses(probs.T, onehot.T).mean()
