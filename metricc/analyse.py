@@ -348,6 +348,30 @@ def _count_symbols(expr: sympy.Expr) -> set[sympy.Symbol]:
     return {s for s in expr.free_symbols if s.name in COUNTS}
 
 
+def _linear_positive(f: sympy.Expr) -> bool:
+    """``f`` is a combination of counts with positive coefficients (zero iff its counts are)."""
+    counts = sorted(_count_symbols(f), key=str)
+    if not counts or not f.is_polynomial(*counts):
+        return False
+    try:
+        poly = sympy.Poly(f, *counts)
+    except sympy.PolynomialError:  # pragma: no cover
+        return False
+    return (poly.total_degree() == 1 and poly.coeff_monomial(1) == 0
+            and all(c > 0 for c in poly.coeffs()))
+
+
+def _zero_set_inside(f: sympy.Expr, g: sympy.Expr) -> bool:
+    """True if ``g`` surely vanishes wherever ``f`` does (``f`` a positive combination)."""
+    if not _linear_positive(f):
+        return False
+    zero = {s: sympy.Integer(0) for s in _count_symbols(f)}
+    try:
+        return sympy.expand(g.xreplace(zero)) == 0
+    except (ValueError, TypeError, ArithmeticError):  # pragma: no cover
+        return False
+
+
 def _singularities(expr: sympy.Expr, explain: bool = True
                    ) -> tuple[tuple[Singularity, ...], tuple[Singularity, ...]]:
     """(undefined, not differentiable) pieces of ``expr`` over nonnegative counts.
@@ -361,16 +385,22 @@ def _singularities(expr: sympy.Expr, explain: bool = True
         return e.xreplace(TO_NONNEGATIVE)
 
     def zero_factors(d: sympy.Expr) -> list[sympy.Expr]:
-        """The factors of ``d`` that can vanish for nonnegative counts."""
-        num = sympy.numer(sympy.together(d))
+        """The factors of ``d`` that can vanish for nonnegative counts.
+
+        A factor of the numerator that vanishes only where ``d``'s own denominator
+        does (``TP + n`` in ``TP/n + 1``) is left out: that set is reported as a
+        division by zero already.
+        """
+        num, den = sympy.fraction(sympy.together(d))
         try:
             factors = [f for f, _ in sympy.factor_list(num)[1]]
         except sympy.PolynomialError:  # roots/logs inside: keep it whole
             factors = [num]
         if len(factors) == 1:
-            factors = [d if sympy.denom(sympy.together(d)) == 1 else num]
+            factors = [d if den == 1 else num]
         return [f for f in factors if _count_symbols(f)
-                and not (nonneg(f).is_positive or nonneg(f).is_negative)]
+                and not (nonneg(f).is_positive or nonneg(f).is_negative)
+                and (den == 1 or not _zero_set_inside(f, den))]
 
     def add(into: list[Singularity], s: Singularity) -> None:
         for t in undefined + rough:
@@ -380,11 +410,7 @@ def _singularities(expr: sympy.Expr, explain: bool = True
 
     def division(f: sympy.Expr, power: sympy.Expr) -> str:
         """0/0 or x/0 where the factor ``f`` of a denominator (to ``power``) vanishes."""
-        counts = sorted(_count_symbols(f), key=str)
-        poly = sympy.Poly(f, *counts) if explain and f.is_polynomial() else None
-        linear_positive = (poly is not None and poly.total_degree() == 1
-                           and poly.coeff_monomial(1) == 0 and all(c > 0 for c in poly.coeffs()))
-        if not explain or not linear_positive:
+        if not explain or not _linear_positive(f):
             return "division by zero"
         # A positive combination of counts vanishes only where each of its counts is 0.
         zero = {s: sympy.Integer(0) for s in _count_symbols(f)}
@@ -398,7 +424,7 @@ def _singularities(expr: sympy.Expr, explain: bool = True
         if rest == 0:
             return "0/0"
         num = sympy.numer(rest).xreplace(_FROM_POSITIVE)
-        if rest.is_positive or rest.is_negative or not num.free_symbols:
+        if not num.free_symbols:
             return "x/0"
         return f"x/0; 0/0 where also {num} = 0"
 
@@ -413,15 +439,13 @@ def _singularities(expr: sympy.Expr, explain: bool = True
             if exp.is_negative:
                 for f in zero_factors(base):
                     add(undefined, Singularity(f, "= 0", UNDEFINED, division(f, -exp)))
-            elif not exp.is_integer and exp < 1 and not _positive(base).is_positive:
+            elif not exp.is_integer and exp < 1:
                 for f in zero_factors(base):
                     add(rough, Singularity(f, "= 0", NOT_DIFFERENTIABLE,
                                            f"power {exp} at 0 has an infinite slope"))
         elif isinstance(node, sympy.log) and _count_symbols(node.args[0]):
             arg = node.args[0]
-            if _positive(arg).is_positive:
-                pass
-            elif _positive(arg).is_nonnegative:
+            if _positive(arg).is_nonnegative:
                 for f in zero_factors(arg):
                     add(undefined, Singularity(f, "= 0", UNDEFINED, "log of 0"))
             else:

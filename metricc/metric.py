@@ -284,9 +284,10 @@ class Metric:
             return
         import warnings
 
-        fix = ("compile it with higher_is_better=False if lower values are better"
-               if self.higher_is_better else
-               "compile it with higher_is_better=True if higher values are better")
+        fix = ("compile it with higher_is_better=False (metricc CLI: --lower-is-better) if "
+               "lower values are better" if self.higher_is_better else
+               "compile it with higher_is_better=True (metricc CLI: --higher-is-better) if "
+               "higher values are better")
         warnings.warn(
             f"the loss for {self.name or self.text.strip()!r} would train the wrong way: "
             + "; ".join(wrong.values())

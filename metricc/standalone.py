@@ -167,13 +167,15 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def emit_standalone(metric: Metric, class_name: str | None = None,
-                    relaxation: str = "anyloss", **defaults: Any) -> str:
+                    relaxation: str = "anyloss", *, warn_monotonicity: bool = True,
+                    **defaults: Any) -> str:
     """Source of one self-contained module (needs only torch) holding ``class_name``.
 
     The class subclasses the pasted ``MetricLoss`` with the metric's kernels and
     takes the same options as ``metric.loss()``; ``relaxation`` and ``defaults``
     become its default arguments. The same metric and options always give the
-    same bytes.
+    same bytes. Like ``metric.loss()``, it warns (:class:`metricc.MetricWarning`)
+    when the metric moves the wrong way for training, unless ``warn_monotonicity=False``.
 
     >>> import metricc
     >>> src = emit_standalone(metricc.compile("f1"), amplifier=50.0)
@@ -195,7 +197,7 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
             raise MetricError(f"option {key}={value!r} cannot be written into a file; "
                               "options must be numbers, strings, booleans or None")
     # The in-process loss validates the options with the same code the file will run.
-    metric.loss(relaxation, warn_monotonicity=False, **defaults)
+    metric.loss(relaxation, warn_monotonicity=warn_monotonicity, **defaults)
 
     chosen = {"relaxation": relaxation, **defaults}
     params = _init_params(tree)
