@@ -211,7 +211,10 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
         if pname in chosen:
             text += f" = {_literal(chosen[pname])}"
         elif default is not None:
-            text += f" = {default}"
+            try:  # same quoting as the chosen defaults
+                text += f" = {_literal(ast.literal_eval(default))}"
+            except (ValueError, SyntaxError):
+                text += f" = {default}"
         sig.append(f"        {text},")
         call.append(f"            {pname}," if not kwonly else f"            {pname}={pname},")
 
@@ -254,7 +257,7 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
         "Usage::",
         "",
         f"    loss_fn = {name}()  # defaults: {shown}",
-        "    loss = loss_fn(probabilities, targets)",
+        f"    loss = loss_fn({'logits' if chosen.get('from_logits') else 'probabilities'}, targets)",
         "    loss.backward()",
     ]
     class_doc = (f"``{'1 - ' if metric.higher_is_better else ''}metric`` on a relaxed "
