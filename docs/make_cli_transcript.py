@@ -56,7 +56,8 @@ SESSION: list[tuple[str, list[str] | tuple[str, str]]] = [
      ["compile", "fbeta", "--param", "beta=2", "--name", "F2Loss", "--relaxation", "sigmoid",
       "--from-logits", "--option", "slope=2", "-o", "f2_loss.py"]),
     ("The start of the generated file: its docstring.", ("head", "f2_loss.py")),
-    ("Its last lines: the loss class.", ("tail", "f2_loss.py")),
+    ("Its last lines: the loss class, with every option of the in-process loss and the "
+     "defaults chosen above.", ("tail", "f2_loss.py")),
     ("Using it needs nothing but torch:", ("python", USE_LOSS)),
     ("Formulas with let-bindings can come from stdin with `-`.",
      ("stdin", "p = TP/(TP+FP)\nr = TP/(TP+FN)\n2*p*r/(p + r)\n")),
@@ -97,7 +98,8 @@ def main() -> None:
                 parts += [prose, ""]
             if isinstance(step, tuple) and step[0] in ("head", "tail"):
                 lines = (Path(tmp) / step[1]).read_text(encoding="utf-8").splitlines()
-                shown = lines[:32] if step[0] == "head" else lines[-31:]
+                start = next(i for i, ln in enumerate(lines) if ln.startswith("class F2Loss"))
+                shown = lines[:32] if step[0] == "head" else lines[start:]
                 parts += ["```python", *shown, "```", ""]
                 continue
             if isinstance(step, tuple) and step[0] == "python":

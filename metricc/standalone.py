@@ -83,6 +83,10 @@ def _doc(text: str) -> str:
 
 def _literal(value: Any) -> str:
     """Python source of a literal; strings in double quotes, non-printables escaped."""
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_literal(v) for v in value)
+        return f"({inner},)" if isinstance(value, tuple) and len(value) == 1 else (
+            f"({inner})" if isinstance(value, tuple) else f"[{inner}]")
     if not isinstance(value, str):
         return repr(value)
     simple = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t"}
@@ -193,13 +197,18 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
         raise MetricError(f"class name {name!r} is taken inside the generated file; choose "
                           "another, e.g. " + default_class_name(metric))
     for key, value in defaults.items():
-        if not isinstance(value, _LITERALS):
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if not all(isinstance(v, _LITERALS) and not isinstance(v, (list, tuple))
+                   for v in items):
             raise MetricError(f"option {key}={value!r} cannot be written into a file; "
-                              "options must be numbers, strings, booleans or None")
+                              "options must be numbers, strings, booleans, None or a "
+                              "list of those")
     # The in-process loss validates the options with the same code the file will run.
     metric.loss(relaxation, warn_monotonicity=warn_monotonicity, **defaults)
 
-    chosen = {"relaxation": relaxation, **defaults}
+    # Lists become tuples: a mutable default argument would be shared between instances.
+    chosen = {"relaxation": relaxation,
+              **{k: tuple(v) if isinstance(v, list) else v for k, v in defaults.items()}}
     params = _init_params(tree)
     sig, call = ["        self,"], []
     star = False
