@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import sympy
 
-from .analyse import Analysis, analyse, undefined_where
-from .emit import emit_kernels
-from .errors import MetricError, MissingParameterError
+from .analyse import Analysis, CheckReport, analyse, check, undefined_where
+from .errors import MetricError, MetricWarning, MissingParameterError
 from .library import lookup
 from .parse import COUNTS, Formula, check_single_identifier, known_names, parse, suggest
 
@@ -22,6 +21,9 @@ if TYPE_CHECKING:
 
     from .runtime import MetricLoss
     from .verify import VerificationReport
+
+# emit (through SymPy's TorchPrinter) imports torch: it is imported where kernels
+# are first needed, so that `metricc grad`/`metricc list` never load torch.
 
 __all__ = ["Metric", "compile"]
 
@@ -61,6 +63,7 @@ class Metric:
         self.analysis: Analysis = analyse(expr)
         self._kernels_source: str | None = None
         self._loss_class: type[MetricLoss] | None = None
+        self._check: CheckReport | None = None
 
     def _check_expr(self, expr: sympy.Expr) -> None:
         if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
@@ -97,8 +100,28 @@ class Metric:
     def kernels_source(self) -> str:
         """The generated torch source of ``metric_value`` and ``metric_and_coefficients``."""
         if self._kernels_source is None:
+            from .emit import emit_kernels
+
             self._kernels_source = emit_kernels(self.expr)
         return self._kernels_source
+
+    def check(self) -> CheckReport:
+        """Where the metric is undefined, its monotonicity in each count and its range.
+
+        Decided symbolically where SymPy can, else by sampling (each verdict says
+        which); see :func:`metricc.analyse.check`. Computed once per metric.
+
+        >>> import metricc
+        >>> r = metricc.compile("f1").check()
+        >>> r.monotonicity["TP"].direction, r.monotonicity["TN"].direction
+        ('increasing', 'constant')
+        >>> print(r.undefined[0])
+        FN + FP + 2*TP = 0  (0/0)
+        """
+        if self._check is None:
+            self._check = check(self.expr, self.analysis.gradient,
+                                higher_is_better=self.higher_is_better)
+        return self._check
 
     # --- numeric --------------------------------------------------------------------------
     def value(self, tp: Any = None, fp: Any = None, fn: Any = None, tn: Any = None, *,
@@ -215,7 +238,8 @@ class Metric:
             self._loss_class = type(_class_name(self.name), (MetricLoss,), attrs)
         return self._loss_class
 
-    def loss(self, relaxation: str = "anyloss", **options: Any) -> MetricLoss:
+    def loss(self, relaxation: str = "anyloss", *, warn_monotonicity: bool = True,
+             **options: Any) -> MetricLoss:
         """A ``torch.nn.Module`` computing ``1 - metric`` on the relaxed confusion matrix.
 
         Options: ``amplifier`` (73), ``slope``/``offset`` (sigmoid relaxation),
@@ -227,6 +251,12 @@ class Metric:
         ``sync_dist``/``process_group`` (sum the counts over ranks: the exact global-batch
         metric under DDP) and ``memory_decay`` (add a decayed memory of past batches'
         counts); see docs/distributed.md.
+
+        A :class:`metricc.MetricWarning` is issued when :meth:`check` finds the
+        metric moving the wrong way for training (increasing with FP or FN, or
+        decreasing with TP or TN, reversed when lower is better); pass
+        ``warn_monotonicity=False`` (or filter ``MetricWarning`` with the
+        :mod:`warnings` module) to silence it.
 
         >>> import torch, metricc
         >>> loss = metricc.compile("f1").loss()
@@ -243,7 +273,29 @@ class Metric:
             if key not in allowed:
                 raise MetricError(f"unknown loss option {key!r}{suggest(key, allowed)}; "
                                   f"options are {', '.join(allowed)}")
-        return self.loss_class(relaxation, **options)
+        module = self.loss_class(relaxation, **options)
+        if warn_monotonicity:
+            self._warn_monotonicity()
+        return module
+
+    def _warn_monotonicity(self) -> None:
+        wrong = self.check().wrong_way()
+        if not wrong:
+            return
+        import warnings
+
+        fix = ("compile it with higher_is_better=False (metricc CLI: --lower-is-better) if "
+               "lower values are better" if self.higher_is_better else
+               "compile it with higher_is_better=True (metricc CLI: --higher-is-better) if "
+               "higher values are better")
+        warnings.warn(
+            f"the loss for {self.name or self.text.strip()!r} would train the wrong way: "
+            + "; ".join(wrong.values())
+            + f". Check the formula, or {fix}; silence this with loss(..., "
+            "warn_monotonicity=False).",
+            MetricWarning,
+            stacklevel=3,
+        )
 
     def verify(self, derivatives: Mapping[str, str] | None = None, **options: Any) -> VerificationReport:
         """Check the gradient three ways; raise :class:`VerificationError` on any mismatch.

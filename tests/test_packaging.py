@@ -35,3 +35,13 @@ def test_wheel_installs_and_compiles(tmp_path: Path) -> None:
     )
     out = subprocess.run([str(py), "-c", script], cwd=tmp_path, check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "0.8"
+
+    # The console script from [project.scripts], and a standalone file written from the
+    # installed wheel (runtime.py is read from site-packages).
+    metricc_bin = env_dir / "bin" / "metricc"
+    grad = subprocess.run([str(metricc_bin), "grad", "f1"], cwd=tmp_path, check=True,
+                          capture_output=True, text=True)
+    assert grad.stdout.splitlines()[0].endswith("2*TP/(FN + FP + 2*TP)")
+    subprocess.run([str(metricc_bin), "compile", "f1", "-o", "f1_loss.py"], cwd=tmp_path,
+                   check=True, capture_output=True, text=True)
+    assert "class F1Loss(MetricLoss):" in (tmp_path / "f1_loss.py").read_text(encoding="utf-8")

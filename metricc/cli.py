@@ -1,0 +1,301 @@
+"""The ``metricc`` command: compile, grad, check and list metrics from the shell.
+
+Every user mistake (bad formula, unknown name, missing parameter, bad option)
+prints one message to stderr and exits with status 2; success exits 0. ``grad``
+and ``list`` never import torch, so they answer in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from .errors import MetricError, MissingParameterError
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(MetricError):
+    """A command line argparse refused."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) raised instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+def _formula(text: str) -> str:
+    """FORMULA argument: ``-`` reads the formula (several lines allowed) from stdin."""
+    return sys.stdin.read() if text == "-" else text
+
+
+def _number(key: str, text: str) -> float:
+    try:
+        return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
+    except ValueError:
+        raise UsageError(f"--param {key}={text}: the value must be a number") from None
+
+
+def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UsageError(f"{flag} expects NAME=VALUE, got {item!r}")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def _params(args: argparse.Namespace) -> dict[str, float]:
+    return {k: _number(k, v) for k, v in _pairs(args.param, "--param")}
+
+
+def _option_value(key: str, text: str) -> Any:
+    """``--option`` values: Python literals (numbers, True/False/None, quoted strings),
+    else the bare word as a string (``reduction=sum``). Never evaluated as code."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _compile(args: argparse.Namespace) -> Any:
+    from . import compile
+
+    hib = None
+    if getattr(args, "lower_is_better", False):
+        hib = False
+    elif getattr(args, "higher_is_better", False):
+        hib = True
+    try:
+        return compile(_formula(args.formula), higher_is_better=hib, **_params(args))
+    except MissingParameterError as e:
+        flags = " ".join(f"--param {p}=<number>" for p in e.missing)
+        raise MissingParameterError(f"{e} (on the command line: {flags})", e.missing) from None
+
+
+def _add_formula(p: argparse.ArgumentParser, what: str = "FORMULA") -> None:
+    p.add_argument("formula", metavar=what,
+                   help="a formula over TP, FP, FN, TN (let-bindings separated by ';' or "
+                        "newlines), a metric name, or '-' to read it from stdin")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
+                   help="a value for a formula parameter (repeatable), e.g. --param beta=2")
+
+
+def _add_direction(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--higher-is-better", action="store_true",
+                   help="the metric is better when higher (default: a named metric's own "
+                        "direction, else higher)")
+    g.add_argument("--lower-is-better", action="store_true",
+                   help="the metric is better when lower (the loss is the metric itself)")
+
+
+# --- subcommands ----------------------------------------------------------------------------
+
+def cmd_grad(args: argparse.Namespace) -> int:
+    m = _compile(args)
+    import sympy
+
+    from .analyse import simplify
+
+    d = m.gradient
+    g1, g0 = simplify(d["TP"] - d["FN"]), simplify(d["FP"] - d["TN"])
+    rows = [("f", m.expr), *((f"df/d{k}", d) for k, d in m.gradient.items()),
+            ("g1 = df/dTP - df/dFN", g1), ("g0 = df/dFP - df/dTN", g0)]
+    if args.latex:
+        names = {s: rf"\mathrm{{{s.name}}}" for s in m.expr.free_symbols | set(
+            sym for _, e in rows for sym in e.free_symbols)}
+        labels = {"f": "f", **{f"df/d{k}": rf"\frac{{\partial f}}{{\partial \mathrm{{{k}}}}}"
+                               for k in m.gradient},
+                  "g1 = df/dTP - df/dFN": r"g_1 = f_{\mathrm{TP}} - f_{\mathrm{FN}}",
+                  "g0 = df/dFP - df/dTN": r"g_0 = f_{\mathrm{FP}} - f_{\mathrm{TN}}"}
+        for label, e in rows:
+            print(f"{labels[label]} = {sympy.latex(e, symbol_names=names)}")
+        return EXIT_OK
+    width = max(len(label) for label, _ in rows)
+    for label, e in rows:
+        print(f"{label.ljust(width)} = {e}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .library import METRICS
+
+    rows = [("name", "better", "aliases", "formula")]
+    for m in METRICS.values():
+        formula = m.formula
+        if m.params:
+            formula += "   [" + ", ".join(f"{k}={v:g}" for k, v in m.params.items()) + "]"
+        rows.append((m.name, "higher" if m.higher_is_better else "lower",
+                     ", ".join(m.aliases) or "-", formula))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    m = _compile(args)
+    report = m.check()
+    print(report)
+    print()
+    from .errors import VerificationError
+
+    try:
+        verification = m.verify(raise_on_failure=False)
+    except VerificationError as e:
+        print(f"verification: FAILED\n{e}")
+        return EXIT_PROBLEM
+    print(verification)
+    ok = bool(getattr(verification, "ok", True))
+    return EXIT_OK if ok and not report.wrong_way() else EXIT_PROBLEM
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from .standalone import emit_standalone
+
+    m = _compile(args)
+    options = {k: _option_value(k, v) for k, v in _pairs(args.option, "--option")}
+    if args.from_logits:
+        options["from_logits"] = True
+    if "relaxation" in options:
+        raise UsageError("give the relaxation with --relaxation, not --option")
+    source = emit_standalone(m, args.name, args.relaxation, **options)
+    if args.output in (None, "-"):
+        sys.stdout.write(source)
+    else:
+        try:
+            with open(args.output, "w", encoding="utf-8", newline="\n") as f:
+                f.write(source)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
+        print(f"wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+# --- parser --------------------------------------------------------------------------------
+
+_EPILOG_MAIN = """\
+examples:
+  metricc list
+  metricc grad f1
+  metricc check "mcc"
+  metricc compile f1 --relaxation anyloss -o f1_loss.py
+
+exit status: 0 success, 1 'check' found a problem, 2 a usage or formula error."""
+
+_EPILOG = {
+    "compile": """\
+example:
+  metricc compile fbeta --param beta=2 --name F2Loss -o f2_loss.py
+  metricc compile "2*TP/(2*TP+FP+FN)" --relaxation sigmoid --from-logits \\
+      --option slope=2 --option reduction=sum
+
+The file imports only torch: copy it into a project and use
+  from f2_loss import F2Loss; loss = F2Loss()(probabilities, targets)""",
+    "grad": """\
+example:
+  metricc grad f1
+  metricc grad "TP/(TP + alpha*FP + beta*FN)" -p alpha=0.3 -p beta=0.7 --latex
+
+g1 and g0 are the two numbers the symbolic backward pass needs (DESIGN.md, section 3).""",
+    "check": """\
+example:
+  metricc check mcc
+  metricc check "FP/(TP+FP)"          # exits 1: this loss would train the wrong way
+
+exit status: 0 all good, 1 the loss trains the wrong way or verification failed,
+2 a usage or formula error.""",
+    "list": """\
+example:
+  metricc list""",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``metricc`` argument parser (subcommands compile, grad, check, list)."""
+    from . import __version__
+
+    parser = _Parser(prog="metricc", formatter_class=_FORMATTER, epilog=_EPILOG_MAIN,
+                     description="Compile confusion-matrix metrics into verified, "
+                                 "differentiable PyTorch losses.")
+    parser.add_argument("--version", action="version", version=f"metricc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help: str
+            ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".",
+                           epilog=_EPILOG[name], formatter_class=_FORMATTER)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("compile", cmd_compile, "write a standalone loss module that needs only torch")
+    _add_formula(p, "FORMULA_OR_NAME")
+    p.add_argument("--relaxation", choices=("anyloss", "linear", "sigmoid"), default="anyloss",
+                   help="how predictions are relaxed to soft 0/1 (default: anyloss)")
+    p.add_argument("--name", metavar="CLASS",
+                   help="the loss class name (default: from the metric, e.g. F1Loss)")
+    p.add_argument("--from-logits", action="store_true",
+                   help="the loss takes logits (required by --relaxation sigmoid)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="another default of the loss class, e.g. amplifier=50, reduction=sum, "
+                        "multidim_average=samplewise (repeatable)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    _add_direction(p)
+
+    p = add("grad", cmd_grad, "print the simplified metric and its four partial derivatives")
+    _add_formula(p)
+    p.add_argument("--latex", action="store_true", help="print LaTeX instead of plain text")
+
+    p = add("check", cmd_check,
+            "analyse a metric (undefined set, monotonicity, range) and verify its gradient")
+    _add_formula(p)
+    _add_direction(p)
+
+    add("list", cmd_list, "list the named metrics with formula, aliases and direction")
+    return parser
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    print(f"metricc: warning: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 problem found, 2 error)."""
+    parser = build_parser()
+    saved = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        args = parser.parse_args(argv)
+        return int(args.func(args))
+    except MetricError as e:
+        print(f"metricc: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `metricc list | head`: stop quietly; point stdout at devnull so the
+        # interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    finally:
+        warnings.showwarning = saved
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
