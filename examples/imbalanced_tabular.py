@@ -408,6 +408,8 @@ def write_markdown(path: Path, rows: list[dict], datasets: Sequence[str], losses
     sizes = dataset_sizes(datasets)
     runs = len(cfg.seeds) * cfg.folds
     metric_losses = [loss for loss in losses if loss != "bce"]
+    defaults = dataclasses.asdict(Config())
+    changed = {k: v for k, v in dataclasses.asdict(cfg).items() if v != defaults[k]}
     lines = [
         "# Training on the metric: BCE vs metricc losses on imbalanced tabular data",
         "",
@@ -450,7 +452,10 @@ def write_markdown(path: Path, rows: list[dict], datasets: Sequence[str], losses
         "",
         "- **Nothing was tuned.** Learning rate, epochs, batch fraction, architecture and the "
         "amplifier are the AnyLoss paper's (DESIGN.md section 6) and metricc's defaults, the "
-        "same for every loss and every dataset; none was chosen by looking at these results.",
+        "same for every loss and every dataset; none was chosen by looking at these results"
+        + (". **Except:** this run departs from those defaults in "
+           + ", ".join(f"{k} = {v}" for k, v in changed.items())
+           + " (see docs/choosing-a-loss.md for why)." if changed else "."),
         f"- Wall time: {wall / 60:.1f} min on one CPU thread "
         f"({sum(r['seconds'] for r in rows) / len(rows):.2f} s per trained model).",
         "",
@@ -509,7 +514,7 @@ def write_markdown(path: Path, rows: list[dict], datasets: Sequence[str], losses
     for m in METRICS:
         lines += [
             "",
-            f"## {METRIC_LABELS[m]} per dataset",
+            f"## {METRIC_LABELS[m][0].upper()}{METRIC_LABELS[m][1:]} per dataset",
             "",
             f"Mean ± standard deviation over the {runs} runs; bold: the best mean of the row.",
             "",
