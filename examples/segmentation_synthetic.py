@@ -14,7 +14,7 @@ Every metric loss is compiled from the formula text with ``from_logits=True``
 and one confusion matrix per mini-batch. It writes ``segmentation.md`` (table)
 and ``segmentation_predictions.png`` to ``--out`` (default ``docs/``).
 
-    python examples/segmentation_synthetic.py           # full run, 10-20 min on one core
+    python examples/segmentation_synthetic.py           # full run, 5-20 min on one core
     python examples/segmentation_synthetic.py --quick   # smoke run, well under a minute
 """
 
