@@ -164,8 +164,8 @@ def formulas(draw: st.DrawFn, depth: int = 0) -> tuple[str, sympy.Expr]:
     a_text, a = draw(formulas(depth + 1))
     if op == "neg":
         return f"-({a_text})", -a
-    if op == "sqrt":
-        return f"sqrt({a_text})", sympy.sqrt(a)
+    if op == "sqrt":  # of |a|: max() below needs real arguments, as the grammar's users do
+        return f"sqrt(abs({a_text}))", sympy.sqrt(sympy.Abs(a))
     if op == "exp":
         return f"exp(({a_text})/100)", sympy.exp(a / 100)
     b_text, b_ = draw(formulas(depth + 1))
