@@ -50,7 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import metricc  # noqa: E402
+import metricc
 
 AMPLIFIER = 73.0
 EPS = 1e-7
@@ -136,11 +136,11 @@ def fmt_time(seconds: float) -> str:
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |"
+    line = "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |"
     print(line)
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
     print()
 
 
