@@ -454,12 +454,14 @@ class MetricLoss(torch.nn.Module):
         err = self.error_class
         if not input.is_floating_point():
             raise err(f"input must be a floating-point tensor, got {input.dtype}")
-        r = class_rows(err, input, target, self.mode, self.from_logits, self.ignore_index,
-                       self.classes, self.class_weights)
-        n, k, m = r.s.shape
         # One class (binary) makes every average the same; micro is the cheapest.
         average = "micro" if self.mode == "binary" else self.average
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
+        # Micro over the whole batch is one row, its own average: presence is not needed.
+        single = average == "micro" and not samplewise
+        r = class_rows(err, input, target, self.mode, self.from_logits, self.ignore_index,
+                       self.classes, self.class_weights, need_hard=not single)
+        n, k, m = r.s.shape
         w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
         if average == "micro" and r.weights is not None:
             # Micro pools the classes' counts, so a class weight scales its elements.
@@ -475,8 +477,12 @@ class MetricLoss(torch.nn.Module):
         yr = rows(r.y)
         wr = None if w is None else rows(w)
         losses = self.row_losses(rows(r.s), yr, wr, from_logits=r.from_logits)
+        if single:
+            return losses[0]
         f64 = torch.float64
-        support = (yr if wr is None else yr * wr).detach().sum(-1, dtype=f64)
+        yw = (yr if wr is None else yr * wr).detach()
+        support = yw.sum(-1, dtype=_sum_dtype(yw)).to(f64)  # no float64 copy of yw
+        assert r.hard is not None
         hard = rows(r.hard)
         if wr is not None:  # ignored (or zero-weight) elements predict nothing either
             hard = hard & (wr > 0)
@@ -506,7 +512,7 @@ class ClassRows(NamedTuple):
     s: Tensor
     y: Tensor
     mask: Tensor | None
-    hard: Tensor
+    hard: Tensor | None
     from_logits: bool
     weights: Tensor | None
 
@@ -600,8 +606,11 @@ def select_classes(err: type[Exception], num_classes: int, classes: tuple[int, .
 
 def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
                from_logits: bool, ignore_index: int | None, classes: tuple[int, ...] | None,
-               class_weights: tuple[float, ...] | None) -> ClassRows:
+               class_weights: tuple[float, ...] | None, need_hard: bool = True) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
+
+    ``hard`` (the 0/1 predictions, a thresholding or argmax pass) is ``None``
+    unless ``need_hard``.
 
     Raises ``err`` when the target's shape (or dtype, for class indices) does
     not fit the mode. Only shapes are checked, so this stays traceable by
@@ -617,7 +626,7 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
         t = target.reshape(n, 1, -1)
         mask = None if ignore_index is None else t != ignore_index
         y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-        hard = s >= (0.0 if from_logits else 0.5)
+        hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
         return ClassRows(s, y, mask, hard, from_logits, None)
 
     if input.dim() < 2:
@@ -639,8 +648,9 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
         t = target.reshape(n, c, -1)
         mask = None if ignore_index is None else t != ignore_index
         y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-        hard = s >= (0.0 if from_logits else 0.5)
-        return ClassRows(pick(s), pick(y), None if mask is None else pick(mask), pick(hard),
+        hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
+        return ClassRows(pick(s), pick(y), None if mask is None else pick(mask),
+                         None if hard is None else pick(hard),
                          from_logits, w_t)
 
     # multiclass
@@ -653,7 +663,7 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
     labels = torch.arange(c, device=input.device).view(1, c, 1)
     # argmax of the logits is the argmax of the softmax; max(1).indices is that argmax
     # (first maximum on ties, too) but several times faster on CPU than argmax(1).
-    hard = input.detach().max(1).indices.reshape(n, 1, -1) == labels
+    hard = input.detach().max(1).indices.reshape(n, 1, -1) == labels if need_hard else None
     if target.shape == input.shape:
         if ignore_index is not None:
             raise err("ignore_index applies to class-index targets of shape (N, *); with "
@@ -673,7 +683,7 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
         raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
                   f"indices) or {tuple(input.shape)} (one-hot or soft), got "
                   f"{tuple(target.shape)}")
-    return ClassRows(pick(s), pick(y), mask, pick(hard), False, w_t)
+    return ClassRows(pick(s), pick(y), mask, None if hard is None else pick(hard), False, w_t)
 
 
 def _first_positive(candidates: list[Tensor], dim: int) -> Tensor:
