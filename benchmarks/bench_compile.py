@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         imports += [r["import"] for r in runs]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         rows.append((name, med))
-    torch_import = statistics.median(float(run_child(TORCH_ONLY)) for _ in range(max(repeats, 3)))
+    torch_import = statistics.median(float(run_child(TORCH_ONLY)) for _ in range(1 if args.quick else 3))
 
     print("| metric | cold compile ms | cold .loss() ms | .gradient ms | cached compile µs |")
     print("|---|---|---|---|---|")
