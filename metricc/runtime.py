@@ -162,6 +162,8 @@ def _sum_dtype(t: Tensor) -> torch.dtype:
 def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``TP, FP, FN, TN`` of each row of ``a`` against ``y``, as float64.
 
+    Rows are ``(R, M)``: one row per dim-0 index; or ``(N, R, M)``: row ``r``
+    pools ``[:, r, :]`` (so classes need no transposed copy).
     ``TP = sum(w y a)``, ``FN = sum(w y) - TP``, ``FP = sum(w a) - TP``,
     ``TN = sum(w) - sum(w y) - FP``: three reductions instead of four products,
     each summed pairwise in float32 (or wider), then combined in float64.
@@ -173,17 +175,18 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``."""
     acc = _sum_dtype(a)
+    dims = (0, 2) if a.dim() == 3 else -1
     if w is not None:
         a = a.mul_(w) if overwrite else a * w
         overwrite = True
-    pp = a.sum(-1, dtype=acc)
-    tp = (a.mul_(y) if overwrite else a * y).sum(-1, dtype=acc)
+    pp = a.sum(dims, dtype=acc)
+    tp = (a.mul_(y) if overwrite else a * y).sum(dims, dtype=acc)
     if w is None:
-        pos = y.sum(-1, dtype=acc)
-        total = torch.full_like(pos, float(a.shape[-1]))
+        pos = y.sum(dims, dtype=acc)
+        total = torch.full_like(pos, float(a.shape[-1] * (a.shape[0] if a.dim() == 3 else 1)))
     else:
-        pos = (w * y).sum(-1, dtype=acc)
-        total = w.sum(-1, dtype=acc)
+        pos = (w * y).sum(dims, dtype=acc)
+        total = w.sum(dims, dtype=acc)
     tp, pp, pos, total = torch.stack((tp, pp, pos, total)).to(torch.float64).unbind()
     fp = pp - tp
     fn = pos - tp
@@ -436,6 +439,8 @@ class MetricLoss(torch.nn.Module):
                    from_logits: bool | None = None) -> Tensor:
         """Loss of each row of ``(R, M)`` scores against ``(R, M)`` labels, shape ``(R,)``.
 
+        ``(N, R, M)`` inputs give one loss per row ``r``, pooling ``[:, r, :]``.
+
         ``from_logits`` overrides the module's setting (multiclass rows hold
         softmax probabilities even when the input held logits).
         """
@@ -471,8 +476,9 @@ class MetricLoss(torch.nn.Module):
         def rows(t: Tensor) -> Tensor:
             if average == "micro":  # one row per sample (or one for the batch)
                 return t.reshape(n, k * m) if samplewise else t.reshape(1, -1)
-            # one row per (sample, class), or per class
-            return t.reshape(n * k, m) if samplewise else t.transpose(0, 1).reshape(k, -1)
+            # one row per (sample, class), or per class: (N, K, M) pools dims 0 and 2,
+            # which saves transposed copies of the scores, labels and gradient
+            return t.reshape(n * k, m) if samplewise else t
 
         yr = rows(r.y)
         wr = None if w is None else rows(w)
@@ -481,12 +487,13 @@ class MetricLoss(torch.nn.Module):
             return losses[0]
         f64 = torch.float64
         yw = (yr if wr is None else yr * wr).detach()
-        support = yw.sum(-1, dtype=_sum_dtype(yw)).to(f64)  # no float64 copy of yw
+        pooled = yw.dim() == 3
+        support = yw.sum((0, 2) if pooled else -1, dtype=_sum_dtype(yw)).to(f64)
         assert r.hard is not None
         hard = rows(r.hard)
         if wr is not None:  # ignored (or zero-weight) elements predict nothing either
             hard = hard & (wr > 0)
-        present = (support > 0) | hard.any(-1)
+        present = (support > 0) | (hard.any(-1).any(0) if pooled else hard.any(-1))
         if self.pool is not None:
             support = self.pool.across_ranks(support)
             present = self.pool.across_ranks(present) > 0
