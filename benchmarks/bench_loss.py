@@ -164,7 +164,8 @@ def check_agreement(losses: dict[str, Loss], x: torch.Tensor, y: torch.Tensor,
                              f"{ref_v.item()}, max grad diff {(g - ref_g).abs().max().item()}")
 
 
-def bench_binary(sizes: list[int], rounds: int, warmup: int, compiled: bool) -> None:
+def bench_binary(sizes: list[int], rounds: int, warmup: int, compiled: bool,
+                 quick: bool = False) -> None:
     m = metricc.compile("f1")
     losses: dict[str, Loss] = {
         "metricc f1 symbolic": m.loss(from_logits=True),
@@ -186,7 +187,9 @@ def bench_binary(sizes: list[int], rounds: int, warmup: int, compiled: bool) -> 
         x = torch.randn(n, generator=gen).requires_grad_(True)
         y = (torch.rand(n, generator=gen) < 0.3).float()
         t0 = time.perf_counter()
-        results[n] = measure(losses, x, y, rounds, warmup)
+        # Small sizes are cheap and noisy: more rounds, up to 300 (10^6: 300, 10^7: rounds).
+        n_rounds = rounds if quick else max(rounds, min(300, 3 * 10**8 // n))
+        results[n] = measure(losses, x, y, n_rounds, warmup)
         print(f"  measured 10^{len(str(n)) - 1} elements in {time.perf_counter() - t0:.0f} s",
               file=sys.stderr)
 
@@ -280,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1e4,1e5,1e6,1e7",
                     help="binary input sizes, comma-separated (default 1e4,1e5,1e6,1e7)")
-    ap.add_argument("--rounds", type=int, default=30, help="timed rounds per size")
+    ap.add_argument("--rounds", type=int, default=30,
+                    help="timed rounds per size (at least 3*10^8/size, up to 300)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed calls per loss first")
     ap.add_argument("--multiclass-shape", default="8,21,128,128")
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile rows")
@@ -307,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
           f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} at start\n")
-    bench_binary(sizes, rounds, warmup, compiled=not args.no_compile)
+    bench_binary(sizes, rounds, warmup, compiled=not args.no_compile, quick=args.quick)
     if not args.no_multiclass:
         bench_multiclass(shape, rounds, warmup)
     print(f"load average {os.getloadavg()[0]:.2f} at end")
