@@ -6,7 +6,8 @@ import builtins
 import linecache
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -89,12 +90,14 @@ class Metric:
     @property
     def gradient(self) -> dict[str, sympy.Expr]:
         """``{"TP": d metric/d TP, "FP": ..., "FN": ..., "TN": ...}``."""
-        return dict(self.analysis.gradient)
+        with _analysis_errors(self.text):  # computed on first use
+            return dict(self.analysis.gradient)
 
     @property
     def undefined(self) -> list[sympy.Expr]:
         """Expressions whose vanishing leaves the metric undefined (``TP + FP`` for precision)."""
-        return list(self.analysis.undefined)
+        with _analysis_errors(self.text):  # computed on first use
+            return list(self.analysis.undefined)
 
     @property
     def kernels_source(self) -> str:
@@ -313,6 +316,19 @@ class Metric:
         from .verify import verify
 
         return verify(self, derivatives=derivatives, **options)
+
+
+@contextmanager
+def _analysis_errors(text: str) -> Iterator[None]:
+    """SymPy can fail deep inside on exotic input; the user gets a metricc error."""
+    try:
+        yield
+    except RecursionError:
+        raise MetricError("formula nests too deeply to analyse; split it with let-bindings") from None
+    except MetricError:
+        raise
+    except (ArithmeticError, TypeError, ValueError, AttributeError, NotImplementedError) as e:
+        raise MetricError(f"could not analyse formula {text.strip()!r}: {e}") from None
 
 
 def _class_name(name: str | None) -> str:

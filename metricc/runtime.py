@@ -46,7 +46,9 @@ def relax(s: Tensor, relaxation: str, amplifier: float, slope: float, offset: fl
 
 def relax_grad(s: Tensor, relaxation: str, amplifier: float, slope: float, offset: float,
                from_logits: bool) -> Tensor:
-    """``dA/ds`` of :func:`relax`.
+    """``dA/ds`` of :func:`relax`: the plain reference form, which ``verify`` checks
+    symbolically; the loss's backward runs the faster, numerically equal
+    :func:`_relax_pair` (tests compare the two).
 
     Written as ``k * sigmoid(z) * sigmoid(-z)`` rather than ``k * a * (1 - a)``:
     in float32 ``a`` rounds to 1 for ``p`` near 1 once ``k >= 34``, and ``1 - a``
@@ -67,24 +69,125 @@ def relax_grad(s: Tensor, relaxation: str, amplifier: float, slope: float, offse
     return dp
 
 
-def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``TP, FP, FN, TN`` of each row of ``a`` against ``y``, summed in float64.
+def _sigmoid_pair(z: Tensor) -> tuple[Tensor, Tensor]:
+    """``(sigmoid(z), sigmoid(-z))``, each accurate where the other rounds to 1.
 
-    ``TP = sum(w y a)``, ``FN = sum(w y) - TP``, ``FP = sum(w a) - TP``,
-    ``TN = sum(w) - sum(w y) - FP``: three reductions instead of four products.
+    ``z`` is scratch: it is overwritten by ``sigmoid(z)``.
     """
-    f64 = torch.float64
+    ac = torch.neg(z).sigmoid_()
+    return z.sigmoid_(), ac
+
+
+def _relax_pair(s: Tensor, relaxation: str, amplifier: float, slope: float, offset: float,
+                from_logits: bool) -> tuple[Tensor, Tensor | None, float]:
+    """``(A(s), d, k)`` with ``dA/ds = k * d`` (``d`` is ``None`` where it is 1).
+
+    Shares the work of the two. Eager torch makes one memory pass per operation,
+    and at 10^7 elements each fresh buffer costs more than a pass (page faults),
+    so the steps run in place on as few buffers as possible, and the constant
+    ``k`` is left for the caller to fold into a scalar. ``A(s)`` is a fresh
+    tensor the caller may overwrite, except that it is ``s`` itself for the
+    linear relaxation of probabilities. Call without grad (in-place steps); the
+    autograd path uses :func:`relax`.
+    """
+    if torch.compiler.is_compiling():
+        return _relax_pair_fused(s, relaxation, amplifier, slope, offset, from_logits)
+    if relaxation == "sigmoid":
+        z = torch.add(s, offset).mul_(slope) if offset else torch.mul(s, slope)
+        a, d = _sigmoid_pair(z)
+        return a, d.mul_(a), slope
+    if not from_logits:
+        if relaxation == "linear":
+            return s, None, 1.0
+        z = torch.sub(s, 0.5).mul_(amplifier)
+        a, d = _sigmoid_pair(z)
+        return a, d.mul_(a), amplifier
+    dp = torch.neg(s).sigmoid_()
+    p = torch.sigmoid(s)
+    dp = dp.mul_(p)  # dp/ds = sigmoid(s) sigmoid(-s)
+    if relaxation == "linear":
+        return p, dp, 1.0
+    # anyloss: a = sigmoid(z), z = k (p - 1/2); dA/ds = k sigmoid(z) sigmoid(-z) dp/ds.
+    a, d = _sigmoid_pair(p.sub_(0.5).mul_(amplifier))
+    return a, d.mul_(a).mul_(dp), amplifier
+
+
+def _sigmoid_parts(m: Tensor) -> tuple[Tensor, Tensor]:
+    """``(sigmoid(m), sigmoid(-m))`` for ``m = |z| >= 0`` from one ``exp``.
+
+    With ``e = exp(-m)``: ``sigmoid(m) = 1 / (1 + e)``, ``sigmoid(-m) = e / (1 + e)``,
+    so ``sigmoid(z) sigmoid(-z)`` is their product, exact for every ``z`` (no
+    ``1 - a`` cancellation, no overflow).
+    """
+    e = torch.exp(-m)
+    r = 1 / (1 + e)
+    return r, e * r
+
+
+def _relax_pair_fused(s: Tensor, relaxation: str, amplifier: float, slope: float,
+                      offset: float, from_logits: bool) -> tuple[Tensor, Tensor | None, float]:
+    """:func:`_relax_pair` for ``torch.compile``, where one fused loop does it all.
+
+    What counts there is arithmetic, not passes. ``A(s)`` (forward only) is the
+    plain sigmoid chain; ``d`` (which the compiler recomputes in the backward
+    kernel from ``s``) needs one ``exp`` per sigmoid pair, and only ``|z|``:
+    for ``z = k (sigmoid(s) - 1/2)`` that is ``k (sigmoid(|s|) - 1/2)``. Forward
+    plus backward cost four ``exp`` per element, as a compiled autograd loss does.
+    """
+    if relaxation == "sigmoid":
+        z = slope * (s + offset)
+        r, q = _sigmoid_parts(torch.abs(z))
+        return torch.sigmoid(z), r * q, slope
+    if not from_logits:
+        if relaxation == "linear":
+            return s, None, 1.0
+        z = amplifier * (s - 0.5)
+        r, q = _sigmoid_parts(torch.abs(z))
+        return torch.sigmoid(z), r * q, amplifier
+    r, q = _sigmoid_parts(torch.abs(s))
+    if relaxation == "linear":
+        return torch.sigmoid(s), r * q, 1.0
+    a = torch.sigmoid(amplifier * (torch.sigmoid(s) - 0.5))
+    rz, qz = _sigmoid_parts(amplifier * (r - 0.5))  # |z|, as r = sigmoid(|s|) >= 1/2
+    return a, (rz * qz) * (r * q), amplifier
+
+
+def _sum_dtype(t: Tensor) -> torch.dtype:
+    # float32 sums use pairwise (cascade) summation, good to ~1e-8 relative even
+    # at 10^8 elements, and cost a fraction of a float64 sum (which first copies
+    # the tensor to float64); half and bfloat16 are summed in float32.
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``TP, FP, FN, TN`` of each row of ``a`` against ``y``, as float64.
+
+    Rows are ``(R, M)``: one row per dim-0 index; or ``(N, R, M)``: row ``r``
+    pools ``[:, r, :]`` (so classes need no transposed copy).
+    ``TP = sum(w y a)``, ``FN = sum(w y) - TP``, ``FP = sum(w a) - TP``,
+    ``TN = sum(w) - sum(w y) - FP``: three reductions instead of four products,
+    each summed pairwise in float32 (or wider), then combined in float64.
+    """
+    return _counts(a, y, w, overwrite=False)
+
+
+def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
+            ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``."""
+    acc = _sum_dtype(a)
+    dims = (0, 2) if a.dim() == 3 else -1
+    if w is not None:
+        a = a.mul_(w) if overwrite else a * w
+        overwrite = True
+    pp = a.sum(dims, dtype=acc)
+    tp = (a.mul_(y) if overwrite else a * y).sum(dims, dtype=acc)
     if w is None:
-        tp = (a * y).sum(-1, dtype=f64)
-        pp = a.sum(-1, dtype=f64)
-        pos = y.sum(-1, dtype=f64)
-        total = torch.full_like(tp, float(a.shape[-1]))
+        pos = y.sum(dims, dtype=acc)
+        total = torch.full_like(pos, float(a.shape[-1] * (a.shape[0] if a.dim() == 3 else 1)))
     else:
-        wa = w * a
-        tp = (wa * y).sum(-1, dtype=f64)
-        pp = wa.sum(-1, dtype=f64)
-        pos = (w * y).sum(-1, dtype=f64)
-        total = w.sum(-1, dtype=f64)
+        pos = (w * y).sum(dims, dtype=acc)
+        total = w.sum(dims, dtype=acc)
+    tp, pp, pos, total = torch.stack((tp, pp, pos, total)).to(torch.float64).unbind()
     fp = pp - tp
     fn = pos - tp
     tn = total - pos - fp
@@ -336,6 +439,8 @@ class MetricLoss(torch.nn.Module):
                    from_logits: bool | None = None) -> Tensor:
         """Loss of each row of ``(R, M)`` scores against ``(R, M)`` labels, shape ``(R,)``.
 
+        ``(N, R, M)`` inputs give one loss per row ``r``, pooling ``[:, r, :]``.
+
         ``from_logits`` overrides the module's setting (multiclass rows hold
         softmax probabilities even when the input held logits).
         """
@@ -354,12 +459,14 @@ class MetricLoss(torch.nn.Module):
         err = self.error_class
         if not input.is_floating_point():
             raise err(f"input must be a floating-point tensor, got {input.dtype}")
-        r = class_rows(err, input, target, self.mode, self.from_logits, self.ignore_index,
-                       self.classes, self.class_weights)
-        n, k, m = r.s.shape
         # One class (binary) makes every average the same; micro is the cheapest.
         average = "micro" if self.mode == "binary" else self.average
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
+        # Micro over the whole batch is one row, its own average: presence is not needed.
+        single = average == "micro" and not samplewise
+        r = class_rows(err, input, target, self.mode, self.from_logits, self.ignore_index,
+                       self.classes, self.class_weights, need_hard=not single)
+        n, k, m = r.s.shape
         w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
         if average == "micro" and r.weights is not None:
             # Micro pools the classes' counts, so a class weight scales its elements.
@@ -369,18 +476,24 @@ class MetricLoss(torch.nn.Module):
         def rows(t: Tensor) -> Tensor:
             if average == "micro":  # one row per sample (or one for the batch)
                 return t.reshape(n, k * m) if samplewise else t.reshape(1, -1)
-            # one row per (sample, class), or per class
-            return t.reshape(n * k, m) if samplewise else t.transpose(0, 1).reshape(k, -1)
+            # one row per (sample, class), or per class: (N, K, M) pools dims 0 and 2,
+            # which saves transposed copies of the scores, labels and gradient
+            return t.reshape(n * k, m) if samplewise else t
 
         yr = rows(r.y)
         wr = None if w is None else rows(w)
         losses = self.row_losses(rows(r.s), yr, wr, from_logits=r.from_logits)
+        if single:
+            return losses[0]
         f64 = torch.float64
-        support = (yr if wr is None else yr * wr).detach().sum(-1, dtype=f64)
+        yw = (yr if wr is None else yr * wr).detach()
+        pooled = yw.dim() == 3
+        support = yw.sum((0, 2) if pooled else -1, dtype=_sum_dtype(yw)).to(f64)
+        assert r.hard is not None
         hard = rows(r.hard)
         if wr is not None:  # ignored (or zero-weight) elements predict nothing either
             hard = hard & (wr > 0)
-        present = (support > 0) | hard.any(-1)
+        present = (support > 0) | (hard.any(-1).any(0) if pooled else hard.any(-1))
         if self.pool is not None:
             support = self.pool.across_ranks(support)
             present = self.pool.across_ranks(present) > 0
@@ -406,7 +519,7 @@ class ClassRows(NamedTuple):
     s: Tensor
     y: Tensor
     mask: Tensor | None
-    hard: Tensor
+    hard: Tensor | None
     from_logits: bool
     weights: Tensor | None
 
@@ -500,8 +613,11 @@ def select_classes(err: type[Exception], num_classes: int, classes: tuple[int, .
 
 def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
                from_logits: bool, ignore_index: int | None, classes: tuple[int, ...] | None,
-               class_weights: tuple[float, ...] | None) -> ClassRows:
+               class_weights: tuple[float, ...] | None, need_hard: bool = True) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
+
+    ``hard`` (the 0/1 predictions, a thresholding or argmax pass) is ``None``
+    unless ``need_hard``.
 
     Raises ``err`` when the target's shape (or dtype, for class indices) does
     not fit the mode. Only shapes are checked, so this stays traceable by
@@ -517,7 +633,7 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
         t = target.reshape(n, 1, -1)
         mask = None if ignore_index is None else t != ignore_index
         y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-        hard = s >= (0.0 if from_logits else 0.5)
+        hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
         return ClassRows(s, y, mask, hard, from_logits, None)
 
     if input.dim() < 2:
@@ -539,8 +655,9 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
         t = target.reshape(n, c, -1)
         mask = None if ignore_index is None else t != ignore_index
         y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-        hard = s >= (0.0 if from_logits else 0.5)
-        return ClassRows(pick(s), pick(y), None if mask is None else pick(mask), pick(hard),
+        hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
+        return ClassRows(pick(s), pick(y), None if mask is None else pick(mask),
+                         None if hard is None else pick(hard),
                          from_logits, w_t)
 
     # multiclass
@@ -553,7 +670,7 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
     labels = torch.arange(c, device=input.device).view(1, c, 1)
     # argmax of the logits is the argmax of the softmax; max(1).indices is that argmax
     # (first maximum on ties, too) but several times faster on CPU than argmax(1).
-    hard = input.detach().max(1).indices.reshape(n, 1, -1) == labels
+    hard = input.detach().max(1).indices.reshape(n, 1, -1) == labels if need_hard else None
     if target.shape == input.shape:
         if ignore_index is not None:
             raise err("ignore_index applies to class-index targets of shape (N, *); with "
@@ -573,7 +690,7 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
         raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
                   f"indices) or {tuple(input.shape)} (one-hot or soft), got "
                   f"{tuple(target.shape)}")
-    return ClassRows(pick(s), pick(y), mask, pick(hard), False, w_t)
+    return ClassRows(pick(s), pick(y), mask, None if hard is None else pick(hard), False, w_t)
 
 
 def _first_positive(candidates: list[Tensor], dim: int) -> Tensor:
@@ -643,33 +760,36 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
                     amplifier: float, slope: float, offset: float, from_logits: bool,
                     eps: float, pool: CountPool | None = None) -> Tensor:
-            a = relax(s, relaxation, amplifier, slope, offset, from_logits)
-            counts = soft_counts(a, y, w)
+            # dA/ds is computed here, alongside A(s), and saved: the backward is then
+            # one fused multiply (two passes in eager torch) with nothing recomputed.
+            a, d, k = _relax_pair(s, relaxation, amplifier, slope, offset, from_logits)
+            counts = _counts(a, y, w, overwrite=a is not s)
             if pool is not None:
                 # Global (and remembered) counts: g1, g0 below are then the global partials.
                 counts = pool(counts)
             value, g1, g0 = cls.metric_and_coefficients(*counts, eps)
-            ctx.save_for_backward(s, y, w, g1, g0)
+            ctx.save_for_backward(y, w, d, g1, g0)
             ctx.pool = pool
-            ctx.relax_args = (relaxation, amplifier, slope, offset, from_logits)
+            ctx.scale = sign * k
             loss = 1 - value if cls.higher_is_better else value
             return loss.to(s.dtype)
 
         @staticmethod
         def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-            s, y, w, g1, g0 = ctx.saved_tensors
+            y, w, d, g1, g0 = ctx.saved_tensors
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
             # d loss / d a = sign * (y g1 + (1 - y) g0): two per-row scalars and
             # one elementwise pass, with no autograd graph through the sums.
-            scale = grad.to(g1.dtype) * sign
-            c1 = (scale * g1).to(s.dtype).unsqueeze(-1)
-            c0 = (scale * g0).to(s.dtype).unsqueeze(-1)
-            coef = c0 + y * (c1 - c0)
+            scale = grad.to(g1.dtype) * ctx.scale
+            c1 = (scale * g1).to(y.dtype).unsqueeze(-1)
+            c0 = (scale * g0).to(y.dtype).unsqueeze(-1)
+            grad_s = torch.addcmul(c0, y, c1 - c0)
             if w is not None:
-                coef = coef * w
-            grad_s = coef * relax_grad(s, *ctx.relax_args)
+                grad_s = grad_s.mul_(w)
+            if d is not None:
+                grad_s = grad_s.mul_(d)
             return (grad_s, None, None, None, None, None, None, None, None, None)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
