@@ -146,6 +146,10 @@ class Metric:
         """
         import torch
 
+        if zero_division is not None and (isinstance(zero_division, bool)
+                                          or not isinstance(zero_division, (int, float))):
+            raise MetricError(f"zero_division must be a number (or float('nan')), got "
+                              f"{zero_division!r}")
         given = dict(zip(_COUNT_ARGS, (tp, fp, fn, tn), strict=False))
         used = {s.name.lower() for s in self.expr.free_symbols}
         missing = [k for k in _COUNT_ARGS if given[k] is None and k in used]
