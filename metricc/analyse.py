@@ -41,20 +41,66 @@ TO_NONNEGATIVE = {s: sympy.Symbol(k, nonnegative=True) for k, s in COUNTS.items(
 FROM_NONNEGATIVE = {v: k for k, v in TO_NONNEGATIVE.items()}
 
 
+#: Above this many terms (see :func:`expansion_size`) ``cancel`` and ``factor``
+#: are skipped: their cost grows with the expanded polynomial, and an average
+#: of six named metrics, or ``(n + 1)^16``, would take minutes.
+MAX_EXPANSION = 400
+#: Above this many operations even ``together`` is skipped (seconds per call).
+MAX_OPS = 300
+_SIZE_CAP = 10**9
+
+
+def expansion_size(expr: sympy.Expr) -> int:
+    """An upper bound on the number of terms of ``expr`` multiplied out.
+
+    Roots, logs and other functions count as single atoms (``cancel`` treats
+    them so). Capped at 10**9 so it stays cheap on huge exponents.
+
+    >>> expansion_size(sympy.sympify("(TP + FP)**3 * (FN + 1)"))
+    16
+    """
+
+    def size(e: sympy.Expr) -> int:
+        if isinstance(e, sympy.Add):
+            return min(sum(size(a) for a in e.args), _SIZE_CAP)
+        if isinstance(e, sympy.Mul):
+            out = 1
+            for a in e.args:
+                out = min(out * size(a), _SIZE_CAP)
+            return out
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer:
+            base = size(e.base)
+            n = min(abs(int(e.exp)), 64)
+            return _SIZE_CAP if base > 1 and n * base.bit_length() > 30 else base**n
+        return 1
+
+    return size(expr)
+
+
+def _small(expr: sympy.Expr) -> bool:
+    num, den = sympy.fraction(expr)
+    return expansion_size(num) + expansion_size(den) <= MAX_EXPANSION
+
+
 def simplify(expr: sympy.Expr) -> sympy.Expr:
     """A cheap canonical form: the shortest of a few rational rewrites.
 
     ``sympy.simplify`` takes seconds on MCC-like formulas; these rewrites take
     milliseconds and are exact, which is all the emitter and the reader need.
+    Expressions too big to multiply out cheaply (:data:`MAX_EXPANSION`) keep
+    the combined-fraction form.
     """
     # Counts are nonnegative, so e.g. sqrt(TP**2) is TP; SymPy only uses that
     # with positive symbols, swapped in and out here.
     expr = expr.xreplace(_TO_POSITIVE)
     candidates = [expr]
+    if sympy.count_ops(expr) > MAX_OPS:
+        return expr.xreplace(_FROM_POSITIVE)
     try:
         together = sympy.together(expr)
         candidates.append(together)
-        candidates.append(sympy.factor_terms(sympy.cancel(together)))
+        if _small(together):
+            candidates.append(sympy.factor_terms(sympy.cancel(together)))
     except (sympy.PolynomialError, TypeError, ValueError):  # pragma: no cover - exotic input
         pass
     best = min(candidates, key=lambda e: (sympy.count_ops(e), len(str(e))))
@@ -72,11 +118,32 @@ def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
 
 
 def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
-    """Add ``eps`` to every denominator, root and log argument.
+    """The zero-division policy of the relaxed loss (``docs/numerics.md``).
 
-    This is the zero-division policy of the relaxed loss: exact where the
-    metric is defined up to O(eps), finite where it is not.
+    Every singular spot of the formula gets ``eps``, and nothing else changes:
+
+    * a denominator ``d`` (a negative power) that is ``>= 0`` for all
+      nonnegative counts becomes ``d + eps``;
+    * a denominator that can take either sign (``TPR - FPR``) becomes
+      ``d / (d**2 + eps**2)`` in place of ``1/d``: odd in ``d``, smooth, within
+      ``(eps/d)**2`` of ``1/d``, and bounded by ``1/(2 eps)`` (``d + eps`` would
+      itself vanish at ``d = -eps``);
+    * a root or log argument ``r`` becomes ``r + eps`` (finite derivative at 0),
+      and so does the base of a power with a variable exponent.
+
+    The result is an ordinary SymPy expression, so its exact derivative is the
+    backward pass; with ``eps = 0`` it is the metric again.
+
+    >>> from sympy import Symbol
+    >>> TP, FP = Symbol("TP"), Symbol("FP")
+    >>> guard(TP/(TP + FP))
+    TP/(FP + TP + eps)
+    >>> guard(TP/(TP - FP))
+    TP*(-FP + TP)/(eps**2 + (-FP + TP)**2)
     """
+
+    def nonnegative(e: sympy.Expr) -> bool:
+        return bool(e.xreplace(TO_NONNEGATIVE).is_nonnegative)
 
     def visit(e: sympy.Expr) -> sympy.Expr:
         if not e.args or not any(s.name in COUNTS for s in e.free_symbols):
@@ -84,7 +151,15 @@ def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
         args = [visit(a) for a in e.args]
         if isinstance(e, sympy.Pow):
             base, exp = args
-            if exp.is_number and (exp.is_negative or not exp.is_integer):
+            if not exp.is_number:
+                # b**e = exp(e log b): log b needs the guard where b can be 0.
+                if base.free_symbols and nonnegative(e.base):
+                    return sympy.Pow(base + eps, exp)
+                return sympy.Pow(base, exp)
+            if exp.is_negative and exp.is_integer and not nonnegative(e.base):
+                # 1/d -> d/(d^2 + eps^2), for denominators of either sign.
+                return sympy.Pow(base / (base**2 + eps**2), -exp)
+            if exp.is_negative or not exp.is_integer:
                 return sympy.Pow(base + eps, exp)
             return sympy.Pow(base, exp)
         if isinstance(e, sympy.log):
@@ -407,7 +482,7 @@ def _singularities(expr: sympy.Expr, explain: bool = True
         """
         num, den = sympy.fraction(sympy.together(d))
         try:
-            factors = [f for f, _ in sympy.factor_list(num)[1]]
+            factors = [f for f, _ in sympy.factor_list(num)[1]] if _small(num) else [num]
         except sympy.PolynomialError:  # roots/logs inside: keep it whole
             factors = [num]
         if len(factors) == 1:

@@ -8,8 +8,10 @@ only variables are ``TP FP FN TN eps`` and the ``x0, x1, ...`` of ``sympy.cse``)
 from __future__ import annotations
 
 import keyword
+import math
 import re
 import textwrap
+from typing import Any
 
 import sympy
 from sympy.printing.pytorch import TorchPrinter
@@ -46,8 +48,25 @@ class MetricPrinter(TorchPrinter):
             return f"{b}**{exp}"
         return f"{b}**({self._print(exp)})"
 
+    def _print(self, expr: Any, **kwargs: Any) -> str:
+        # A constant subexpression (log(2), sqrt(2), exp(3)) is one Python float:
+        # torch.log(2) would be called on an int and fail.
+        if isinstance(expr, sympy.Expr) and expr.is_number and not expr.is_Rational:
+            return _float_literal(expr)
+        return super()._print(expr, **kwargs)
+
+    def _print_Integer(self, expr: sympy.Integer) -> str:
+        # Past 2**53 a Python int no longer converts exactly, and past 2**63 torch
+        # refuses to multiply a tensor by it.
+        return str(int(expr)) if abs(expr) <= 2**53 else _float_literal(expr)
+
+    def _print_Rational(self, expr: sympy.Rational) -> str:
+        if abs(expr.p) <= 2**53 and expr.q <= 2**53:
+            return f"{expr.p}/{expr.q}"
+        return _float_literal(expr)
+
     def _print_Float(self, expr: sympy.Float) -> str:
-        return repr(float(expr))
+        return _float_literal(expr)
 
     def _minmax(self, expr: sympy.Expr, fold: str, clamp: str) -> str:
         numbers = [a for a in expr.args if a.is_number]
@@ -81,6 +100,19 @@ class MetricPrinter(TorchPrinter):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
             raise MetricError(f"internal: refusing to emit symbol {name!r}")
         return name
+
+
+def _float_literal(expr: sympy.Expr) -> str:
+    """``repr`` of a constant as a Python float; refuses complex and infinite values."""
+    try:
+        value = complex(expr)
+    except (TypeError, ValueError, OverflowError):
+        raise MetricError(f"cannot generate code: the constant {expr} is not a number") from None
+    if value.imag != 0:
+        raise MetricError(f"cannot generate code: the formula is complex-valued ({expr})")
+    if not math.isfinite(value.real):
+        raise MetricError(f"cannot generate code: the constant {expr} overflows a float")
+    return repr(value.real)
 
 
 def _check_emittable(exprs: list[sympy.Expr]) -> None:

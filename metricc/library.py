@@ -77,8 +77,11 @@ _ALL = [
                 aliases=("deltap",)),
     NamedMetric("fowlkes_mallows", f"sqrt({_PPV} * {_TPR})",
                 "geometric mean of precision and recall", aliases=("fmi",)),
+    # (sqrt(TPR*FPR) - FPR)/(TPR - FPR) with the common factor sqrt(TPR) - sqrt(FPR)
+    # cancelled: the same function, minus a removable 0/0 on the diagonal TPR = FPR
+    # where every untrained model starts (and where no eps guard can help).
     NamedMetric("prevalence_threshold",
-                f"(sqrt({_TPR} * {_FPR}) - {_FPR})/({_TPR} - {_FPR})",
+                f"sqrt({_FPR})/(sqrt({_TPR}) + sqrt({_FPR}))",
                 "prevalence threshold of the ROC point (lower is better)",
                 higher_is_better=False),
     NamedMetric("lr_plus", f"({_TPR})/({_FPR})", "positive likelihood ratio",

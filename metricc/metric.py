@@ -16,7 +16,15 @@ import sympy
 from .analyse import Analysis, CheckReport, analyse, check, undefined_where
 from .errors import MetricError, MetricWarning, MissingParameterError
 from .library import lookup
-from .parse import COUNTS, Formula, check_single_identifier, known_names, parse, suggest
+from .parse import (
+    COUNTS,
+    Formula,
+    check_single_identifier,
+    known_names,
+    parse,
+    substitute,
+    suggest,
+)
 
 if TYPE_CHECKING:
 
@@ -59,9 +67,12 @@ class Metric:
         self.parameters = dict(params)
         self.higher_is_better = higher_is_better
         subs = {sympy.Symbol(k): _as_rational(k, v) for k, v in params.items()}
-        expr = formula.expr.xreplace(subs)
+        expr = substitute(formula.expr, subs)
         self._check_expr(expr)
         self.analysis: Analysis = analyse(expr)
+        if not self.analysis.expr.free_symbols & set(COUNTS.values()):
+            raise MetricError(f"formula {self.text.strip()!r} simplifies to the constant "
+                              f"{self.analysis.expr}; a metric must depend on the counts")
         self._kernels_source: str | None = None
         self._loss_class: type[MetricLoss] | None = None
         self._check: CheckReport | None = None
@@ -74,7 +85,8 @@ class Metric:
                 f"formula {self.text.strip()!r} depends on no count; a metric must use at "
                 "least one of TP, FP, FN, TN (or P, N, PP, PN, n)"
             )
-        if expr.has(sympy.I):
+        if expr.has(sympy.I) or any(a.is_number and a.is_extended_real is False
+                                    for a in sympy.preorder_traversal(expr)):
             raise MetricError(f"formula {self.text.strip()!r} is complex-valued")
 
     def __repr__(self) -> str:
@@ -137,6 +149,10 @@ class Metric:
         """
         import torch
 
+        if zero_division is not None and (isinstance(zero_division, bool)
+                                          or not isinstance(zero_division, (int, float))):
+            raise MetricError(f"zero_division must be a number (or float('nan')), got "
+                              f"{zero_division!r}")
         given = dict(zip(_COUNT_ARGS, (tp, fp, fn, tn), strict=False))
         used = {s.name.lower() for s in self.expr.free_symbols}
         missing = [k for k in _COUNT_ARGS if given[k] is None and k in used]

@@ -8,6 +8,7 @@ no step recurses on the nesting depth of the input.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import threading
 from collections.abc import Iterator
@@ -29,8 +30,11 @@ __all__ = [
     "DERIVED",
     "FUNCTIONS",
     "Formula",
+    # size limits, for metric.py
+    "check_size",
     "grammar_text",
     "parse",
+    "substitute",
     "suggest",
 ]
 
@@ -60,7 +64,100 @@ FUNCTIONS: dict[str, tuple[Any, int, int | None]] = {
 
 MAX_LENGTH = 100_000
 MAX_NESTING = 500
+#: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308), so neither
+#: `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
 MAX_EXPONENT = 300
+#: Largest |exponent| on a non-constant base: `(TP+1)^(10^6)` is no metric.
+MAX_POWER = 100
+#: Largest expression tree once bindings are substituted; the derivative of a
+#: chain `b = a*(a+1); c = b*(b+1); ...` doubles with each line.
+MAX_NODES = 2000
+
+
+def _log10_abs(n: sympy.Number) -> float:
+    """``log10 |n|`` of a nonzero SymPy number, to within 1 (cheap for huge ints)."""
+    if n.is_Rational:
+        return (abs(int(n.p)).bit_length() - int(n.q).bit_length()) * math.log10(2)
+    return math.log10(abs(float(n))) if float(n) != 0 else -math.inf
+
+
+def _number_problem(e: sympy.Expr) -> str | None:
+    """Why a node breaks the size limits, or ``None``."""
+    if e.is_Number:
+        if e.is_finite is False or e is sympy.nan:
+            return None  # zoo/nan: reported as "divides by zero" downstream
+        if e != 0 and abs(_log10_abs(e)) > MAX_EXPONENT:
+            return f"a constant is out of range (beyond 10^±{MAX_EXPONENT})"
+    elif isinstance(e, sympy.Pow) and e.exp.is_Number and not e.base.is_Number:
+        if abs(e.exp) > MAX_POWER:
+            return f"exponent {e.exp} is too large (the limit is ±{MAX_POWER})"
+    return None
+
+
+def _pow_problem(base: sympy.Expr, exp: sympy.Expr) -> str | None:
+    """Why ``base**exp`` must not be built, checked before SymPy multiplies it out
+    (``9^9^9`` has 370 million digits), or ``None``."""
+    if not (exp.is_Number and exp.is_finite):
+        return None
+    coeff = base if base.is_Number else base.as_coeff_Mul()[0]
+    if coeff.is_Rational and abs(coeff) not in (0, 1):
+        digits = (abs(int(coeff.p)).bit_length() + int(coeff.q).bit_length()) * math.log10(2)
+        if abs(float(exp)) * digits > 2 * MAX_EXPONENT:
+            return (f"power is out of range (beyond 10^±{MAX_EXPONENT}); "
+                    "metrics need no such numbers")
+    if not base.is_Number and abs(exp) > MAX_POWER:
+        return f"exponent {exp} is too large (the limit is ±{MAX_POWER})"
+    return None
+
+
+def substitute(expr: sympy.Expr, values: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    """``expr.xreplace(values)`` under the size limits, built bottom-up so that
+    ``c^c`` with ``c = 1e300`` is refused before SymPy evaluates it."""
+    memo: dict[int, sympy.Expr] = {}
+
+    def walk(e: sympy.Expr) -> sympy.Expr:
+        key = id(e)
+        if key not in memo:
+            if not e.args:
+                memo[key] = values.get(e, e)
+            else:
+                args = [walk(a) for a in e.args]
+                if isinstance(e, sympy.Pow) and (problem := _pow_problem(*args)) is not None:
+                    raise MetricError(problem)
+                memo[key] = _check_top(e.func(*args)) if args != list(e.args) else e
+        return memo[key]
+
+    return walk(expr)
+
+
+def _check_top(e: sympy.Expr) -> sympy.Expr:
+    """Size limits on the nodes one operation can create: ``e``, its children and theirs."""
+    nodes = [e, *e.args]
+    nodes += [g for a in e.args if a.is_Mul or a.is_Pow for g in a.args]
+    for node in nodes:
+        if (problem := _number_problem(node)) is not None:
+            raise MetricError(f"{problem}; metrics need no such numbers")
+    return e
+
+
+def check_size(expr: sympy.Expr, what: str = "formula") -> None:
+    """Raise MetricError if ``expr`` breaks a size limit; shared subtrees are walked once."""
+    memo: dict[int, int] = {}
+
+    def size(e: sympy.Expr) -> int:
+        key = id(e)
+        if key not in memo:
+            if (problem := _number_problem(e)) is not None:
+                raise MetricError(f"{what}: {problem}; metrics need no such numbers")
+            memo[key] = min(1 + sum(size(a) for a in e.args), MAX_NODES + 1)
+        return memo[key]
+
+    n = size(expr)
+    if n > MAX_NODES:
+        raise MetricError(
+            f"{what} is too large to analyse (more than {MAX_NODES} operations once "
+            "bindings are substituted); write it with fewer nested bindings"
+        )
 
 
 @dataclass(frozen=True)
@@ -122,8 +219,14 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         tok = c[0]
         m = re.search(r"[eE]([+-]?\d+)$", tok)
         if m and abs(int(m.group(1))) > MAX_EXPONENT:
-            raise self.where.error(f"number {tok} is out of range (exponent beyond ±{MAX_EXPONENT})", tok)
-        return sympy.Rational(str(tok))
+            raise self.where.error(
+                f"number {tok} is out of range (exponent beyond ±{MAX_EXPONENT})", tok)
+        if len(tok) > 2 * MAX_EXPONENT:
+            raise self.where.error(f"number has {len(tok)} digits; write it as 1.5e-7", tok)
+        value = sympy.Rational(str(tok))
+        if value != 0 and abs(_log10_abs(value)) > MAX_EXPONENT:
+            raise self.where.error(f"number is out of range (beyond 10^±{MAX_EXPONENT})", tok)
+        return value
 
     def name(self, c: list[Token]) -> sympy.Expr:
         tok = c[0]
@@ -155,16 +258,16 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         return list(c)
 
     def add(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return c[0] + c[1]
+        return _check_top(c[0] + c[1])
 
     def sub(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return c[0] - c[1]
+        return _check_top(c[0] - c[1])
 
     def mul(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return c[0] * c[1]
+        return _check_top(c[0] * c[1])
 
     def div(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return c[0] / c[1]
+        return _check_top(c[0] / c[1])
 
     def neg(self, c: list[sympy.Expr]) -> sympy.Expr:
         return -c[0]
@@ -173,8 +276,10 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         return c[0]
 
     def pow(self, c: list[Any]) -> sympy.Expr:
-        base, _, exp = c
-        return base**exp  # type: ignore[no-any-return]
+        base, op, exp = c
+        if (problem := _pow_problem(base, exp)) is not None:
+            raise self.where.error(problem, op)
+        return _check_top(base**exp)
 
     def binding(self, c: list[Any]) -> tuple[Token, sympy.Expr]:
         return (c[0], c[1])
@@ -375,7 +480,9 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
             raise pos.error(f"'{name}' is defined twice", tok)
         remaining.discard(name)
         defined[name] = resolve(expr, remaining | {name})
+        check_size(defined[name], f"binding '{name}'")
     result = resolve(body, set())
+    check_size(result)
     unused = set(params) & set(defined)
     params -= unused
     return Formula(

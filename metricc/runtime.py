@@ -28,19 +28,38 @@ else:  # some builds ship without torch.distributed; sync_dist then acts on one 
     dist = None
 
 
+def stable_sigmoid(z: Tensor) -> Tensor:
+    """``sigmoid(z)`` whose *autograd* derivative is exact in every dtype.
+
+    Autograd differentiates ``torch.sigmoid`` as ``a * (1 - a)`` from its output
+    ``a``; in float32 ``a`` rounds to 1 for ``z > 17`` and that derivative is 0
+    (for AnyLoss, every ``p > 0.73``). Built from ``e = exp(-|z|)`` instead, the
+    derivative autograd finds is ``e / (1 + e)**2``, with no cancellation.
+
+    >>> z = torch.tensor([36.5], requires_grad=True)
+    >>> stable_sigmoid(z).backward(); z.grad.item() > 0
+    True
+    """
+    u = torch.where(z >= 0, -z, z)  # -|z|, with derivative -1 at 0 (torch's abs has 0)
+    e = torch.exp(u)
+    return torch.where(z >= 0, 1 / (1 + e), e / (1 + e))
+
+
 def relax(s: Tensor, relaxation: str, amplifier: float, slope: float, offset: float,
           from_logits: bool) -> Tensor:
     """The relaxed 0/1 prediction ``a = A(s)`` for scores ``s``.
 
     ``anyloss``: ``sigmoid(amplifier * (p - 0.5))``; ``linear``: ``p``;
     ``sigmoid``: ``sigmoid(slope * (logit + offset))`` (sigmoidF1), on logits.
-    ``p`` is ``sigmoid(s)`` when ``from_logits`` else ``s``.
+    ``p`` is ``sigmoid(s)`` when ``from_logits`` else ``s``. When autograd will
+    differentiate it, the sigmoids are :func:`stable_sigmoid`.
     """
+    sigmoid = stable_sigmoid if s.requires_grad and torch.is_grad_enabled() else torch.sigmoid
     if relaxation == "sigmoid":
-        return torch.sigmoid(slope * (s + offset))
-    p = torch.sigmoid(s) if from_logits else s
+        return sigmoid(slope * (s + offset))
+    p = sigmoid(s) if from_logits else s
     if relaxation == "anyloss":
-        return torch.sigmoid(amplifier * (p - 0.5))
+        return sigmoid(amplifier * (p - 0.5))
     return p
 
 
@@ -194,6 +213,34 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
     return tp, fp, fn, tn
 
 
+def _rows(x: Tensor | float, like: Tensor) -> Tensor:
+    """A kernel output as a float64 tensor shaped like ``like``.
+
+    Generated kernels return plain numbers for constant parts (``g1 = 0`` for
+    a metric without TP or FN); autograd and ``save_for_backward`` need tensors.
+    """
+    return torch.zeros_like(like) + x
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    """``dtype``, or float32 for half and bfloat16: the type losses and gradients are formed in."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+_HALF_MAX = torch.finfo(torch.float16).max
+
+
+def _to_input_dtype(grad: Tensor, dtype: torch.dtype) -> Tensor:
+    """Cast a float32 gradient back to the input's dtype, saturating at float16's 65504.
+
+    Near the singular set the guarded metric's gradient reaches ``~1/eps``; as
+    float16 that would be ``inf``, and ``inf`` turns into NaN one layer up.
+    """
+    if dtype == torch.float16:
+        grad = grad.clamp(-_HALF_MAX, _HALF_MAX)
+    return grad.to(dtype)
+
+
 def _world_size(process_group: Any) -> int:
     """Ranks in ``process_group``; 1 when torch.distributed is absent or not initialised."""
     if dist is None or not dist.is_initialized():
@@ -341,6 +388,10 @@ class MetricLoss(torch.nn.Module):
     ``backward="symbolic"`` runs the backward pass from the metric's symbolic
     partials in one elementwise pass per row; ``"autograd"`` differentiates the
     forward. Softmax and sigmoid are left to autograd either way.
+    ``eps`` guards every denominator, root and log (``docs/numerics.md``);
+    ``validate_args`` checks the data for NaN/inf, out-of-range values and class
+    indices (one min/max pass; skipped while ``torch.compile`` traces). Half and
+    bfloat16 inputs give a float32 loss; counts are summed in float64.
     """
 
     formula: ClassVar[str] = ""
@@ -384,6 +435,7 @@ class MetricLoss(torch.nn.Module):
         ignore_index: int | None = None,
         classes: Sequence[int] | None = None,
         class_weights: Sequence[float] | None = None,
+        validate_args: bool = True,
     ) -> None:
         super().__init__()
         err = self.error_class
@@ -410,6 +462,7 @@ class MetricLoss(torch.nn.Module):
         self.multidim_average = multidim_average
         self.reduction = reduction
         self.eps = float(eps)
+        self.validate_args = bool(validate_args)
         self.pool = _count_pool(self, sync_dist, process_group, memory_decay)
         self.mode = mode
         self.average = average
@@ -447,18 +500,96 @@ class MetricLoss(torch.nn.Module):
         args = self._relax_args(from_logits)
         if self.backward_mode == "symbolic":
             return self._function.apply(s, y, w, *args, self.eps, self.pool)
-        a = relax(s, *args)
-        counts = soft_counts(a, y, w)
+        # Same dtype path as the symbolic backward: float32 at least.
+        work = _wide(s.dtype)
+        sw = s.to(work)
+        if s.dtype == torch.float16 and sw.requires_grad:
+            sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
+        a = relax(sw, *args)
+        counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
         if self.pool is not None:
             counts = self.pool(counts, differentiable=True)
-        value = self.metric_value(*counts, self.eps)
+        value = _rows(self.metric_value(*counts, self.eps), counts[0])
         loss = 1 - value if self.higher_is_better else value
-        return loss.to(s.dtype)
+        return loss.to(work)
+
+    def _validate(self, input: Tensor, target: Tensor) -> None:
+        """Refuse inputs the loss would silently mis-train on, naming the fix.
+
+        Type, device, emptiness and (binary) shape checks are free and always
+        run; :func:`class_rows` checks the other modes' shapes. The checks that
+        read the data (NaN/inf, ranges, class indices) cost one min/max pass
+        over each tensor and one device sync; they run when ``validate_args``
+        is true and the module is not being traced by ``torch.compile`` (a
+        data-dependent ``if`` would break a ``fullgraph=True`` graph).
+        """
+        err = self.error_class
+        if not isinstance(input, Tensor) or not isinstance(target, Tensor):
+            raise err(f"input and target must be tensors, got {type(input).__name__} and "
+                      f"{type(target).__name__}")
+        if not input.is_floating_point():
+            hint = (" (class indices belong in target; input holds the scores)"
+                    if input.dtype not in (torch.bool, torch.complex64, torch.complex128) else "")
+            raise err(f"input must be a floating-point tensor of probabilities or logits, got "
+                      f"{input.dtype}{hint}; convert it with input.float()")
+        if target.is_complex():
+            raise err(f"target must be real, got {target.dtype}")
+        if self.mode == "binary" and input.shape != target.shape:
+            raise err(f"input and target must have the same shape, got {tuple(input.shape)} and "
+                      f"{tuple(target.shape)} (forward takes (input, target), predictions first)")
+        if input.device != target.device:
+            raise err(f"input is on {input.device} but target on {target.device}; move both to "
+                      "one device")
+        if input.numel() == 0:
+            raise err(f"input is empty (shape {tuple(input.shape)}): a confusion matrix of no "
+                      "elements has no metric; skip empty batches (if input.numel(): ...)")
+        if not self.validate_args or torch.compiler.is_compiling():
+            return
+        x, t = input.detach(), target.detach()
+        indices = self.mode == "multiclass" and t.shape != x.shape  # (N, *) class indices
+        ignore = self.ignore_index
+        if ignore is not None and t.dtype != torch.bool:
+            # ignored elements may hold anything (255 in segmentation masks)
+            t = torch.where(t == ignore, torch.zeros((), dtype=t.dtype, device=t.device), t)
+        stats = [*torch.aminmax(x)]
+        if t.dtype != torch.bool:
+            stats += [*torch.aminmax(t)]
+        lo, hi, *trange = torch.stack([v.to(torch.float64) for v in stats]).tolist()
+        if math.isnan(lo) or math.isnan(hi):
+            raise err("input contains NaN; the model produced it upstream (a diverged step, "
+                      "log(0), 0/0): find it with torch.autograd.set_detect_anomaly(True)")
+        if math.isinf(lo) or math.isinf(hi):
+            raise err(f"input contains {'-inf' if math.isinf(lo) else 'inf'}; scores must be "
+                      "finite (clamp logits, or check the model for overflow)")
+        if not self.from_logits and (lo < 0 or hi > 1):
+            raise err(f"input has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
+                      "from_logits=False: pass from_logits=True if these are logits, or apply "
+                      f"torch.{'softmax(input, 1)' if self.mode == 'multiclass' else 'sigmoid'} "
+                      "first")
+        if not trange:
+            return
+        tlo, thi = trange
+        if math.isnan(tlo) or math.isnan(thi):
+            raise err("target contains NaN; labels must be 0/1 (or soft labels in [0, 1])")
+        if indices:
+            c = x.shape[1]
+            if tlo < 0 or thi >= c:
+                bad = int(tlo) if tlo < 0 else int(thi)
+                raise err(f"target holds class index {bad}, but the input has {c} classes "
+                          f"(indices 0 to {c - 1}); set ignore_index={bad} if it marks "
+                          "elements to leave out")
+        elif tlo < 0 or thi > 1:
+            hint = (" For 0/255 masks pass target / 255 (or ignore_index=255 if 255 marks "
+                    "elements to leave out)." if thi == 255
+                    else " Are input and target swapped? forward takes (input, target)."
+                    if tlo < 0 else "")
+            raise err(f"target has values outside [0, 1] (min {tlo:.4g}, max {thi:.4g}); "
+                      f"{'binary' if self.mode == 'binary' else self.mode} targets are 0/1, "
+                      "or soft labels in [0, 1]." + hint)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         err = self.error_class
-        if not input.is_floating_point():
-            raise err(f"input must be a floating-point tensor, got {input.dtype}")
+        self._validate(input, target)
         # One class (binary) makes every average the same; micro is the cheapest.
         average = "micro" if self.mode == "binary" else self.average
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
@@ -760,6 +891,13 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
                     amplifier: float, slope: float, offset: float, from_logits: bool,
                     eps: float, pool: CountPool | None = None) -> Tensor:
+            # Half and bfloat16 work in float32 (see backward); the gradient returns
+            # in the input's dtype.
+            in_dtype = s.dtype
+            work = _wide(in_dtype)
+            if work != in_dtype:
+                s, y = s.to(work), y.to(work)
+                w = None if w is None else w.to(work)
             # dA/ds is computed here, alongside A(s), and saved: the backward is then
             # one fused multiply (two passes in eager torch) with nothing recomputed.
             a, d, k = _relax_pair(s, relaxation, amplifier, slope, offset, from_logits)
@@ -767,12 +905,16 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             if pool is not None:
                 # Global (and remembered) counts: g1, g0 below are then the global partials.
                 counts = pool(counts)
-            value, g1, g0 = cls.metric_and_coefficients(*counts, eps)
+            value, g1, g0 = (_rows(x, counts[0])
+                             for x in cls.metric_and_coefficients(*counts, eps))
             ctx.save_for_backward(y, w, d, g1, g0)
+            ctx.in_dtype = in_dtype
             ctx.pool = pool
             ctx.scale = sign * k
             loss = 1 - value if cls.higher_is_better else value
-            return loss.to(s.dtype)
+            # Half inputs get a float32 loss, as autocast gives torch's own losses:
+            # unbounded metrics (odds ratios) pass 65504 at their singular set.
+            return loss.to(_wide(s.dtype))
 
         @staticmethod
         def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
@@ -781,7 +923,9 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
             # d loss / d a = sign * (y g1 + (1 - y) g0): two per-row scalars and
-            # one elementwise pass, with no autograd graph through the sums.
+            # one elementwise pass, with no autograd graph through the sums. It runs in
+            # the forward's working dtype (float32 at least): in half, a coefficient of
+            # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
             scale = grad.to(g1.dtype) * ctx.scale
             c1 = (scale * g1).to(y.dtype).unsqueeze(-1)
             c0 = (scale * g0).to(y.dtype).unsqueeze(-1)
@@ -790,7 +934,7 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
                 grad_s = grad_s.mul_(w)
             if d is not None:
                 grad_s = grad_s.mul_(d)
-            return (grad_s, None, None, None, None, None, None, None, None, None)
+            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 9)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
     return SymbolicMetric

@@ -160,12 +160,19 @@ def _symbolic_kernel_checks(metric: Metric, report: VerificationReport, seed: in
         report.checks.append(Check(name, ok, how, cex))
 
 
+class _Score(sympy.Symbol):
+    """A symbolic score tensor; ``relax`` asks whether autograd will differentiate it."""
+
+    requires_grad = False
+
+
 def _symbolic_relaxation_checks(report: VerificationReport, seed: int) -> None:
     from . import runtime
 
     src = textwrap.dedent(inspect.getsource(runtime.relax)) + "\n" + textwrap.dedent(
         inspect.getsource(runtime.relax_grad))
-    s, amp, slope, offset = sympy.symbols("s amplifier slope offset", real=True)
+    s = _Score("s", real=True)
+    amp, slope, offset = sympy.symbols("amplifier slope offset", real=True)
     for relaxation, from_logits in (("anyloss", False), ("anyloss", True), ("linear", False),
                                     ("linear", True), ("sigmoid", True)):
         args = (s, relaxation, amp, slope, offset, from_logits)

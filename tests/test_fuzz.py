@@ -1,0 +1,188 @@
+"""Fuzzing (issue 5 item 5).
+
+1. Random strings (from the grammar's alphabet, from its tokens, and arbitrary
+   Unicode text): 12,000 per run through ``metricc.compile`` (which parses,
+   analyses and, for named metrics, looks up); only MetricError may come out.
+2. Random *valid* formulas: analysis, kernels, losses (both backward modes, all
+   relaxations) and exact values never crash; they may be undefined (NaN), but
+   wherever the symbolic and autograd gradients are finite they agree.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import metricc
+from metricc.parse import parse
+
+#: Strings per hypothesis example; each test runs ``max_examples`` examples.
+BATCH = 40
+EXAMPLES = 100
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+GRAMMAR_ALPHABET = "TPFNn0123456789.eE+-*/^()=,;#_ \t\nabcdfgilmoqrstxyz\\"
+TOKENS = ["TP", "FP", "FN", "TN", "P", "N", "PP", "PN", "n", "f1", "mcc", "precision",
+          "fbeta", "beta", "x", "y2", "0", "1", "2", "9", "0.5", "1e-3", "1e300", ".5e+2",
+          "+", "-", "*", "/", "^", "**", "(", ")", "(", ")", ",", "=", "\n", ";", " ", "#",
+          "sqrt", "log", "exp", "abs", "min", "max", "\\\n"]
+
+
+def only_metric_errors(texts: list[str]) -> int:
+    """Compile (and parse) every text; anything but a MetricError fails the test."""
+    for text in texts:
+        for step in (parse, metricc.compile):
+            try:
+                step(text)
+            except metricc.MetricError:
+                pass
+            except Exception as e:  # pragma: no cover - the failure being tested for
+                raise AssertionError(f"{step.__name__}({text!r}) raised {e!r}") from e
+    return len(texts)
+
+
+@FUZZ
+@given(st.lists(st.text(alphabet=GRAMMAR_ALPHABET, max_size=30), min_size=BATCH,
+                max_size=BATCH))
+def test_grammar_alphabet_strings(texts: list[str]) -> None:
+    assert only_metric_errors(texts) == BATCH
+
+
+@FUZZ
+@given(st.lists(st.lists(st.sampled_from(TOKENS), max_size=12).map("".join), min_size=BATCH,
+                max_size=BATCH))
+def test_token_soup(texts: list[str]) -> None:
+    assert only_metric_errors(texts) == BATCH
+
+
+@FUZZ
+@given(st.lists(st.text(max_size=30), min_size=BATCH, max_size=BATCH))
+def test_arbitrary_text(texts: list[str]) -> None:
+    assert only_metric_errors(texts) == BATCH
+
+
+def test_fuzz_volume() -> None:
+    """The three string tests above send 3 * 100 * 40 = 12,000 strings per run."""
+    assert 3 * EXAMPLES * BATCH >= 10_000
+    assert FUZZ.max_examples == EXAMPLES
+
+
+# --- random valid formulas ---------------------------------------------------------------
+
+COUNT_LEAVES = ["TP", "FP", "FN", "TN", "P", "N", "PP", "PN", "n"]
+LEAVES = st.one_of(
+    st.sampled_from(COUNT_LEAVES),
+    st.integers(0, 9).map(str),
+    st.sampled_from(["0.5", "1e-3", "2.5", "100"]),
+    st.sampled_from(["f1", "precision", "recall", "mcc", "specificity"]),
+)
+
+
+def _extend(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.tuples(children, st.sampled_from(["+", "-", "*", "/", "^"]), children)
+        .map(lambda t: f"({t[0]}) {t[1]} ({t[2]})"),
+        st.tuples(st.sampled_from(["sqrt", "log", "exp", "abs"]), children)
+        .map(lambda t: f"{t[0]}({t[1]})"),
+        st.tuples(st.sampled_from(["min", "max"]), children, children)
+        .map(lambda t: f"{t[0]}({t[1]}, {t[2]})"),
+        children.map(lambda c: f"-({c})"),
+    )
+
+
+EXPRESSIONS = st.recursive(LEAVES, _extend, max_leaves=6)
+FORMULAS = st.one_of(
+    EXPRESSIONS,
+    # a let-binding used by the body
+    st.tuples(EXPRESSIONS, EXPRESSIONS).map(lambda t: f"a = {t[0]}\n({t[1]}) * a + a"),
+)
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand(24, generator=g, dtype=torch.float64)
+    y = (torch.arange(24) % 3 == 0).double()
+    return p, y
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(FORMULAS)
+def test_random_valid_formulas_never_crash(text: str) -> None:
+    try:
+        m = metricc.compile(text)
+    except metricc.MetricError:
+        return  # e.g. "depends on no count", "complex-valued": a clear refusal
+    # analysis
+    assert set(m.gradient) == {"TP", "FP", "FN", "TN"}
+    m.undefined  # noqa: B018 - must not raise
+    try:
+        source = m.kernels_source
+    except metricc.MetricError:
+        return  # e.g. a derivative with log(-1): refused at code generation
+    assert "def metric_and_coefficients" in source
+    # exact values: a number, NaN via zero_division, or a MetricError for "undefined"
+    for counts in [(3, 1, 2, 5), (0, 0, 0, 4), (0, 0, 0, 0)]:
+        try:
+            v = m.value(*counts, zero_division=float("nan"))
+        except metricc.MetricError:
+            continue
+        assert isinstance(v, float)
+    # losses: every relaxation, both backward modes, no exception
+    p, y = _batch()
+    for relaxation, options in [("anyloss", {}), ("linear", {}),
+                                ("sigmoid", {"from_logits": True})]:
+        x = torch.logit(p) if relaxation == "sigmoid" else p
+        grads = []
+        for backward in ("symbolic", "autograd"):
+            xs = x.clone().requires_grad_()
+            value = m.loss(relaxation, backward=backward, **options)(xs, y)
+            value.backward()
+            assert value.shape == () and xs.grad is not None and xs.grad.shape == xs.shape
+            grads.append(xs.grad)
+        both = torch.isfinite(grads[0]) & torch.isfinite(grads[1])
+        scale = max(1.0, grads[1][both].abs().max().item()) if both.any() else 1.0
+        torch.testing.assert_close(grads[0][both], grads[1][both], rtol=1e-6,
+                                   atol=1e-9 * scale, msg=f"{text!r}, {relaxation}")
+
+
+BOMBS = {
+    "9^9^9 (370 million digits)": "TP*9^9^9",
+    "power of a coefficient": "(9*TP)^9^9",
+    "slow growth": "TP*1.0001^100000",
+    "product of big literals": "TP*1e300*1e300",
+    "squared through bindings": "a = 1e300*TP; b = a*a; b",
+    "big power": "TP*10^400",
+    "5000 digits": "TP*" + "9" * 5000,
+    "tiny literal": "TP*0." + "0" * 400 + "1",
+    "huge exponent": "(TP+FP)^1000000",
+    "exponents through bindings": "a = TP^100; b = a^100; b",
+    "derivative doubling per binding":
+        ";".join(["a0 = TP + 1"] + [f"a{i + 1} = a{i}*(a{i} + FN)" for i in range(14)] + ["a14"]),
+    "deep parentheses": "(" * 600 + "TP" + ")" * 600,
+}
+
+
+@pytest.mark.parametrize("text", list(BOMBS.values()), ids=list(BOMBS))
+def test_resource_bombs_are_refused_quickly(text: str) -> None:
+    """Inputs that made SymPy build huge integers or trees (minutes, or memory
+    exhaustion) are MetricErrors within milliseconds."""
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(metricc.MetricError, match=r"out of range|too large|deep|digits"):
+        metricc.compile(text)
+    assert time.perf_counter() - start < 2.0
+
+
+def test_parameters_are_bounded_too() -> None:
+    with pytest.raises(metricc.MetricError, match="out of range"):
+        metricc.compile("TP*c^c", c=1e300)
+    with pytest.raises(metricc.MetricError, match="too large"):
+        metricc.compile("TP^b", b=1000)
+    assert math.isfinite(metricc.compile("TP^b/(TP+FP)^b", b=2.5).value(tp=1, fp=1, fn=0, tn=0))
