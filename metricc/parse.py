@@ -252,7 +252,14 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
             raise self.where.error(
                 f"{fname}() takes {want} argument{'s' if lo > 1 else ''}, got {len(args)}", tok
             )
-        return fn(*args)  # type: ignore[no-any-return]
+        try:
+            return fn(*args)  # type: ignore[no-any-return]
+        except (ValueError, TypeError):
+            # SymPy refuses min/max of a non-real constant such as sqrt(-2).
+            raise self.where.error(
+                f"{fname}() needs real arguments; "
+                f"{', '.join(str(a) for a in args if a.is_number and not a.is_extended_real)} "
+                "is not a real number", tok) from None
 
     def args(self, c: list[sympy.Expr]) -> list[sympy.Expr]:
         return list(c)

@@ -123,6 +123,12 @@ def test_formula_without_counts(text: str) -> None:
         metricc.compile(text, **({"b": 1.0} if "b" in text else {}))
 
 
+def test_min_max_of_a_complex_constant() -> None:
+    err = _syntax_error("max(sqrt(-2), TP)")
+    assert "max() needs real arguments; sqrt(2)*I is not a real number" in str(err)
+    assert (err.line, err.column) == (1, 1)
+
+
 def test_division_by_zero_everywhere() -> None:
     with pytest.raises(metricc.MetricError, match="divides by zero"):
         metricc.compile("TP/0")
