@@ -379,7 +379,7 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
     params = dict(param_items)
     named = lookup(formula.strip())
     check_single_identifier(formula)
-    try:
+    with _analysis_errors(formula):
         parsed = parse(formula)
         given = {**parsed.defaults, **params}
         extra = [k for k in params if k not in parsed.parameters]
@@ -405,13 +405,6 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
             name = formula.strip()
         return Metric(parsed, given, name, direction)
-    except RecursionError:
-        raise MetricError("formula nests too deeply to analyse; split it with let-bindings") from None
-    except MetricError:
-        raise
-    except (ArithmeticError, TypeError, ValueError, AttributeError, NotImplementedError) as e:
-        # SymPy can fail deep inside on exotic input; the user gets a metricc error.
-        raise MetricError(f"could not analyse formula {formula.strip()!r}: {e}") from None
 
 
 # undefined_where is re-exported for callers that only need the analysis.
