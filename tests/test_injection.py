@@ -124,8 +124,12 @@ def test_hostile_inputs_are_refused_or_harmless(text: str) -> None:
     assert_harmless(m.kernels_source)  # pragma: no cover - every case above is refused today
 
 
-@pytest.mark.parametrize("text", ["TP*import", "TP*torch", "TP*x0 + eps*value + g1",
-                                  "TP*def + FP*class", "TP*" + "a" * 5_000])
+NAMED_HOSTILE = {"keyword": "TP*import", "torch": "TP*torch",
+                 "generated names": "TP*x0 + eps*value + g1", "keywords": "TP*def + FP*class",
+                 "5000 characters": "TP*" + "a" * 5_000}
+
+
+@pytest.mark.parametrize("text", list(NAMED_HOSTILE.values()), ids=list(NAMED_HOSTILE))
 def test_hostile_names_given_values_become_numbers(text: str) -> None:
     """Names that are Python keywords or clash with generated names are fine
     parameters: they are substituted, never printed."""
