@@ -68,7 +68,8 @@ def expansion_size(expr: sympy.Expr) -> int:
             for a in e.args:
                 out = min(out * size(a), _SIZE_CAP)
             return out
-        if isinstance(e, sympy.Pow) and e.exp.is_Integer:
+        if isinstance(e, sympy.Pow) and e.exp.is_Rational:
+            # n**(9059/100) is n**90 * n**(59/100) to cancel()
             base = size(e.base)
             n = min(abs(int(e.exp)), 64)
             return _SIZE_CAP if base > 1 and n * base.bit_length() > 30 else base**n

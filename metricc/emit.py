@@ -49,11 +49,36 @@ class MetricPrinter(TorchPrinter):
         return f"{b}**({self._print(exp)})"
 
     def _print(self, expr: Any, **kwargs: Any) -> str:
-        # A constant subexpression (log(2), sqrt(2), exp(3)) is one Python float:
-        # torch.log(2) would be called on an int and fail.
         if isinstance(expr, sympy.Expr) and expr.is_number and not expr.is_Rational:
-            return _float_literal(expr)
+            return self._constant(expr)
         return super()._print(expr, **kwargs)
+
+    def _constant(self, expr: sympy.Expr) -> str:
+        """A constant such as sqrt(2), exp(1/2), log(2): exact where Python can say it.
+
+        ``torch.sqrt(2)`` fails (torch functions take tensors), so constants are
+        Python arithmetic, with exp/log acting on ``torch.zeros_like(TP) + c``;
+        both stay exact when ``metricc.verify`` runs the code on SymPy numbers.
+        """
+        _float_literal(expr)  # refuses complex and infinite constants
+
+        def const(e: sympy.Expr) -> str:
+            if e.is_Rational:
+                return f"({super(MetricPrinter, self)._print(e)})"
+            if isinstance(e, sympy.Add):
+                return "(" + " + ".join(const(a) for a in e.args) + ")"
+            if isinstance(e, sympy.Mul):
+                return "(" + "*".join(const(a) for a in e.args) + ")"
+            if isinstance(e, sympy.Pow):
+                return f"({const(e.base)}**{const(e.exp)})"
+            if e is sympy.E:
+                return "torch.exp(torch.zeros_like(TP) + 1)"
+            if isinstance(e, (sympy.exp, sympy.log)):
+                name = "exp" if isinstance(e, sympy.exp) else "log"
+                return f"torch.{name}(torch.zeros_like(TP) + {const(e.args[0])})"
+            return _float_literal(e)
+
+        return const(expr)
 
     def _print_Integer(self, expr: sympy.Integer) -> str:
         # Past 2**53 a Python int no longer converts exactly, and past 2**63 torch
@@ -70,7 +95,11 @@ class MetricPrinter(TorchPrinter):
 
     def _minmax(self, expr: sympy.Expr, fold: str, clamp: str) -> str:
         numbers = [a for a in expr.args if a.is_number]
-        others = [self._print(a) for a in expr.args if not a.is_number]
+        # torch.minimum/maximum take tensors only: an operand without a count
+        # (a cse temporary may be a Python float) is lifted to one.
+        others = [self._print(a) if any(s.name in COUNTS for s in a.free_symbols)
+                  else f"(torch.zeros_like(TP) + {self._print(a)})"
+                  for a in expr.args if not a.is_number]
         out = others[0]
         for o in others[1:]:
             out = f"{fold}({out}, {o})"
@@ -132,6 +161,17 @@ def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str
     exprs = [e for _, e in outputs]
     _check_emittable(exprs)
     temps, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols("x"), optimizations="basic")
+    # Constant temporaries (x0 = sqrt(2)) go back inline: printed as numbers they stay
+    # Python floats, and torch functions or min/max applied to a float would fail.
+    constants: dict[sympy.Symbol, sympy.Expr] = {}
+    kept = []
+    for sym, e in temps:
+        e = e.xreplace(constants)
+        if e.free_symbols:
+            kept.append((sym, e))
+        else:
+            constants[sym] = e
+    temps, reduced = kept, [e.xreplace(constants) for e in reduced]
     lines = [f"def {name}(TP, FP, FN, TN, eps):", f'    """{doc}"""']
     for sym, e in temps:
         lines.append(f"    {sym} = {printer.doprint(e)}")

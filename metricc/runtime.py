@@ -46,15 +46,14 @@ def stable_sigmoid(z: Tensor) -> Tensor:
 
 
 def relax(s: Tensor, relaxation: str, amplifier: float, slope: float, offset: float,
-          from_logits: bool) -> Tensor:
+          from_logits: bool, sigmoid: Any = torch.sigmoid) -> Tensor:
     """The relaxed 0/1 prediction ``a = A(s)`` for scores ``s``.
 
     ``anyloss``: ``sigmoid(amplifier * (p - 0.5))``; ``linear``: ``p``;
     ``sigmoid``: ``sigmoid(slope * (logit + offset))`` (sigmoidF1), on logits.
-    ``p`` is ``sigmoid(s)`` when ``from_logits`` else ``s``. When autograd will
-    differentiate it, the sigmoids are :func:`stable_sigmoid`.
+    ``p`` is ``sigmoid(s)`` when ``from_logits`` else ``s``. Where autograd
+    differentiates it, pass ``sigmoid=stable_sigmoid``.
     """
-    sigmoid = stable_sigmoid if s.requires_grad and torch.is_grad_enabled() else torch.sigmoid
     if relaxation == "sigmoid":
         return sigmoid(slope * (s + offset))
     p = sigmoid(s) if from_logits else s
@@ -505,7 +504,7 @@ class MetricLoss(torch.nn.Module):
         sw = s.to(work)
         if s.dtype == torch.float16 and sw.requires_grad:
             sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
-        a = relax(sw, *args)
+        a = relax(sw, *args, sigmoid=stable_sigmoid)
         counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
         if self.pool is not None:
             counts = self.pool(counts, differentiable=True)

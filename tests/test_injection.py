@@ -124,8 +124,12 @@ def test_hostile_inputs_are_refused_or_harmless(text: str) -> None:
     assert_harmless(m.kernels_source)  # pragma: no cover - every case above is refused today
 
 
-@pytest.mark.parametrize("text", ["TP*import", "TP*torch", "TP*x0 + eps*value + g1",
-                                  "TP*def + FP*class", "TP*" + "a" * 5_000])
+NAMED_HOSTILE = {"keyword": "TP*import", "torch": "TP*torch",
+                 "generated names": "TP*x0 + eps*value + g1", "keywords": "TP*def + FP*class",
+                 "5000 characters": "TP*" + "a" * 5_000}
+
+
+@pytest.mark.parametrize("text", list(NAMED_HOSTILE.values()), ids=list(NAMED_HOSTILE))
 def test_hostile_names_given_values_become_numbers(text: str) -> None:
     """Names that are Python keywords or clash with generated names are fine
     parameters: they are substituted, never printed."""
@@ -136,7 +140,8 @@ def test_hostile_names_given_values_become_numbers(text: str) -> None:
     # The names have no influence at all: the code is that of the numbers.
     numbers_only = re.sub("|".join(rf"\b{re.escape(p)}\b" for p in params), "0.5", text)
     assert m.kernels_source == metricc.compile(numbers_only).kernels_source
-    assert torch.isfinite(m.loss()(torch.rand(6), (torch.arange(6) % 2).float()))
+    loss = m.loss(warn_monotonicity=False)
+    assert torch.isfinite(loss(torch.rand(6), (torch.arange(6) % 2).float()))
 
 
 def test_unicode_is_refused_with_a_hint() -> None:

@@ -88,6 +88,53 @@ def test_integer_bool_and_soft_targets_are_accepted(f1: metricc.Metric) -> None:
     assert torch.isfinite(f1.loss()(probs(8), soft))
 
 
+# --- multiclass and multilabel ----------------------------------------------------------
+
+
+def class_probs(n: int = 2, c: int = 3, m: int = 4) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    return torch.softmax(torch.randn(n, c, m, generator=g), dim=1)
+
+
+@pytest.mark.parametrize(("bad", "pattern"), [(3, r"class index 3.*3 classes \(indices 0 to 2\)"),
+                                              (-1, r"class index -1.*ignore_index=-1")])
+def test_class_indices_out_of_range(f1: metricc.Metric, bad: int, pattern: str) -> None:
+    target = torch.zeros(2, 4, dtype=torch.long)
+    target[1, 2] = bad
+    loss = f1.loss(mode="multiclass")
+    with pytest.raises(metricc.MetricError, match=pattern):
+        loss(class_probs(), target)
+    target[1, 2] = 1
+    assert torch.isfinite(loss(class_probs(), target))
+
+
+def test_ignored_values_are_not_range_checked(f1: metricc.Metric) -> None:
+    """255 marks 'void' in segmentation masks; with ignore_index=255 it is fine."""
+    target = torch.zeros(2, 4, dtype=torch.long)
+    target[0, 0] = 255
+    target[1, 1] = 2
+    assert torch.isfinite(f1.loss(mode="multiclass", ignore_index=255)(class_probs(), target))
+    mask = labels(8).long()
+    mask[3] = 255
+    assert torch.isfinite(f1.loss(ignore_index=255)(probs(8), mask))
+    with pytest.raises(metricc.MetricError, match="ignore_index=255"):
+        f1.loss()(probs(8), mask)
+
+
+def test_multilabel_mask_in_0_255(f1: metricc.Metric) -> None:
+    target = (torch.rand(2, 3, 4) > 0.5).to(torch.uint8) * 255
+    with pytest.raises(metricc.MetricError, match=r"multilabel targets.*target / 255"):
+        f1.loss(mode="multilabel")(class_probs(), target)
+
+
+def test_multiclass_logits_without_from_logits(f1: metricc.Metric) -> None:
+    logits = torch.randn(2, 3, 4) * 3
+    target = torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(metricc.MetricError, match=r"from_logits=True.*softmax"):
+        f1.loss(mode="multiclass")(logits, target)
+    assert torch.isfinite(f1.loss(mode="multiclass", from_logits=True)(logits, target))
+
+
 def test_validate_args_false_skips_the_data_checks(f1: metricc.Metric) -> None:
     """Without validation an out-of-range input is used as it is (the user's call)."""
     x = torch.tensor([1.5, -0.5, 0.25, 0.75], dtype=torch.float64)
