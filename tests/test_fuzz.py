@@ -115,7 +115,10 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     return p, y
 
 
-@settings(max_examples=40, deadline=None, database=None,
+# derandomize: each example runs the whole pipeline (seconds for some formulas), so CI runs
+# the same 40 every time instead of risking a new pathological one per run; the random
+# exploration is done off-CI (see docs/numerics.md).
+@settings(max_examples=40, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(FORMULAS)
 def test_random_valid_formulas_never_crash(text: str) -> None:
