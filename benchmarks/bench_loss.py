@@ -164,8 +164,8 @@ def check_agreement(losses: dict[str, Loss], x: torch.Tensor, y: torch.Tensor,
                              f"{ref_v.item()}, max grad diff {(g - ref_g).abs().max().item()}")
 
 
-def bench_binary(sizes: list[int], rounds: int, warmup: int, compiled: bool,
-                 quick: bool = False) -> None:
+def binary_losses(compiled: bool) -> dict[str, Loss]:
+    """The binary rows every benchmark compares, plus compiled twins when ``compiled``."""
     m = metricc.compile("f1")
     losses: dict[str, Loss] = {
         "metricc f1 symbolic": m.loss(from_logits=True),
@@ -177,6 +177,12 @@ def bench_binary(sizes: list[int], rounds: int, warmup: int, compiled: bool,
         for name in ("metricc f1 symbolic", "hand-written f1", "BCEWithLogits"):
             losses[f"{name} compiled"] = torch.compile(losses[name], fullgraph=True,
                                                        dynamic=False)
+    return losses
+
+
+def bench_binary(sizes: list[int], rounds: int, warmup: int, compiled: bool,
+                 quick: bool = False) -> None:
+    losses = binary_losses(compiled)
     gen = torch.Generator().manual_seed(0)
     probe = torch.randn(1000, generator=gen)
     check_agreement({k: v for k, v in losses.items() if "BCE" not in k}, probe,

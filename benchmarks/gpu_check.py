@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_loss import handwritten_f1, print_table
+from bench_loss import binary_losses, print_table
 
 import metricc
 from metricc import runtime
@@ -130,17 +130,7 @@ def sync(device: str) -> None:
 
 
 def timings(device: str, sizes: list[int], rounds: int, compiled: bool) -> None:
-    m = metricc.compile("f1")
-    losses: dict[str, Loss] = {
-        "metricc f1 symbolic": m.loss(from_logits=True),
-        "metricc f1 autograd": m.loss(from_logits=True, backward="autograd"),
-        "hand-written f1": handwritten_f1,
-        "BCEWithLogits": torch.nn.BCEWithLogitsLoss(),
-    }
-    if compiled:
-        for k in list(losses):
-            if k != "metricc f1 autograd":
-                losses[f"{k} compiled"] = torch.compile(losses[k], fullgraph=True, dynamic=False)
+    losses = binary_losses(compiled)
     times: dict[int, dict[str, float]] = {}
     peaks: dict[int, dict[str, float]] = {}
     gen = torch.Generator().manual_seed(2)
