@@ -1,10 +1,14 @@
 """Exceptions and warnings raised by metricc.
 
 Every mistake a user can make raises a :class:`MetricError`, which is a
-``ValueError``, so ``except ValueError`` in user code keeps working.
+``ValueError``, so ``except ValueError`` in user code keeps working. Standalone
+loss files carry this module too (it needs only the standard library), so a
+standalone loss raises the same classes.
 """
 
 from __future__ import annotations
+
+import difflib
 
 __all__ = [
     "MetricError",
@@ -13,6 +17,7 @@ __all__ = [
     "MissingParameterError",
     "UnknownNameError",
     "VerificationError",
+    "suggest",
 ]
 
 
@@ -56,3 +61,18 @@ class VerificationError(MetricError):
 
 class MetricWarning(UserWarning):
     """A metric that is legal but likely a mistake as a training objective."""
+
+
+def suggest(name: str, candidates: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for a likely typo, else the empty string.
+
+    >>> suggest("anyloos", ["anyloss", "linear"])
+    " (did you mean 'anyloss'?)"
+    """
+    lowered = {c.lower(): c for c in candidates}
+    if name.lower() in lowered and lowered[name.lower()] != name:
+        return f" (did you mean '{lowered[name.lower()]}'?)"
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"

@@ -7,7 +7,6 @@ no step recurses on the nesting depth of the input.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import threading
@@ -22,35 +21,20 @@ import lark
 import sympy
 from lark import Token
 
-from .errors import MetricError, MetricSyntaxError, UnknownNameError
+from .errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from .library import lookup, names
+from .symbols import COUNTS, DERIVED
 
 __all__ = [
-    "COUNTS",
-    "DERIVED",
     "FUNCTIONS",
     "Formula",
-    # size limits, for metric.py
+    "check_single_identifier",
     "check_size",
     "grammar_text",
+    "known_names",
     "parse",
     "substitute",
-    "suggest",
 ]
-
-#: The four counts of the confusion matrix, as SymPy symbols (no assumptions,
-#: so ``sympy.Symbol("TP")`` in user code is the same symbol).
-COUNTS: dict[str, sympy.Symbol] = {k: sympy.Symbol(k) for k in ("TP", "FP", "FN", "TN")}
-_TP, _FP, _FN, _TN = COUNTS.values()
-
-#: Handy totals, each a plain sum of counts.
-DERIVED: dict[str, sympy.Expr] = {
-    "P": _TP + _FN,
-    "N": _FP + _TN,
-    "PP": _TP + _FP,
-    "PN": _FN + _TN,
-    "n": _TP + _FP + _FN + _TN,
-}
 
 #: name -> (sympy constructor, minimum arity, maximum arity or None)
 FUNCTIONS: dict[str, tuple[Any, int, int | None]] = {
@@ -178,17 +162,6 @@ def grammar_text() -> str:
         return packaged.read_text(encoding="utf-8")
     checkout = Path(__file__).resolve().parent.parent / "grammar" / "metric.lark"
     return checkout.read_text(encoding="utf-8")
-
-
-def suggest(name: str, candidates: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for a likely typo, else the empty string."""
-    lowered = {c.lower(): c for c in candidates}
-    if name.lower() in lowered and lowered[name.lower()] != name:
-        return f" (did you mean '{lowered[name.lower()]}'?)"
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
-    if not close:
-        return ""
-    return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
 
 
 def known_names() -> list[str]:
@@ -507,12 +480,6 @@ def _library_formula(name: str) -> Formula:
     assert metric is not None
     f = parse(metric.formula)
     return Formula(f.text, f.expr, f.parameters, dict(metric.params), {})
-
-
-def resolve_name(text: str) -> str | None:
-    """The canonical metric name if ``text`` is just a metric name or alias."""
-    metric = lookup(text.strip())
-    return metric.name if metric else None
 
 
 def check_single_identifier(text: str) -> None:
