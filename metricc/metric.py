@@ -26,6 +26,7 @@ from .verify import VerificationReport, verify
 
 if TYPE_CHECKING:
     from .runtime.loss import MetricLoss
+    from .threshold import ThresholdChoice
 
 # emit (through SymPy's TorchPrinter) and score import torch: they are imported where
 # first needed, so that `metricc grad`/`metricc list` never load torch.
@@ -201,6 +202,13 @@ class Metric:
         return score(self.value, preds, target, threshold, zero_division=zero_division,
                      mode=mode, average=average, ignore_index=ignore_index, classes=classes,
                      class_weights=class_weights, num_classes=num_classes)
+
+    def best_threshold(self, scores: Any, target: Any, *,
+                       zero_division: float | None = None) -> ThresholdChoice:
+        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`."""
+        from .threshold import best_threshold
+
+        return best_threshold(self, scores, target, zero_division=zero_division)
 
     def _kernel(self, name: str) -> Any:
         return getattr(self.loss_class, name)
