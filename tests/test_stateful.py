@@ -416,3 +416,18 @@ def test_missing_torchmetrics_is_a_metric_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delitem(sys.modules, "metricc.stateful")
     with pytest.raises(MetricError, match=r"pip install 'metricc\[torchmetrics\]'"):
         metricc.compile("f1").metric()
+
+
+@pytest.mark.parametrize("average", ["micro", "macro", "weighted"])
+def test_jaccard_ignore_index_of_a_real_class_is_ignore_plus_classes(average: str) -> None:
+    """torchmetrics' JaccardIndex (not its F1Score) also drops an ignored *class* from averages.
+
+    metricc keeps the two apart: ``ignore_index`` drops elements, ``classes`` picks classes.
+    """
+    batches = _batches("multiclass", seed=15)
+    ref = _run(tmc.MulticlassJaccardIndex(num_classes=C, average=average, ignore_index=0),
+               batches)
+    ours = _run(metricc.compile("jaccard").metric(
+        mode="multiclass", num_classes=C, average=average, ignore_index=0,
+        classes=list(range(1, C))), batches)
+    _close(ours, ref)
