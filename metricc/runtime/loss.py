@@ -13,9 +13,26 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .counts import _HALF_MAX, _counts, _rows, _sum_dtype, _to_input_dtype, _wide, soft_counts
+from ..errors import MetricError
+from .counts import (
+    _HALF_MAX,
+    _counts,
+    _rows,
+    _sum_dtype,
+    _to_input_dtype,
+    _wide,
+    overlap_share,
+    soft_counts,
+)
 from .distributed import CountPool, count_pool
-from .modes import average_rows, class_rows, reduce_samples, validate_inputs
+from .modes import (
+    average_rows,
+    class_rows,
+    reduce_samples,
+    validate_inputs,
+    validate_weight,
+    weight_rows,
+)
 from .options import check_class_options, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
 
@@ -28,7 +45,8 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         @staticmethod
         def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
                     amplifier: float, slope: float, offset: float, from_logits: bool,
-                    eps: float, pool: CountPool | None = None) -> Tensor:
+                    eps: float, pool: CountPool | None = None, soft_label: bool = False
+                    ) -> Tensor:
             # Half and bfloat16 work in float32 (see backward); the gradient returns
             # in the input's dtype.
             in_dtype = s.dtype
@@ -39,13 +57,17 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             # dA/ds is computed here, alongside A(s), and saved: the backward is then
             # one fused multiply (two passes in eager torch) with nothing recomputed.
             a, d, k = _relax_pair(s, relaxation, amplifier, slope, offset, from_logits)
-            counts = _counts(a, y, w, overwrite=a is not s)
+            counts = _counts(a, y, w, overwrite=a is not s and not soft_label,
+                             soft_label=soft_label)
             if pool is not None:
                 # Global (and remembered) counts: g1, g0 below are then the global partials.
                 counts = pool(counts)
             value, g1, g0 = (_rows(x, counts[0])
                              for x in cls.metric_and_coefficients(*counts, eps))
-            ctx.save_for_backward(y, w, d, g1, g0)
+            # d metric / d a = u g1 + (1 - u) g0 with u = y for the product counts and
+            # u = d min(a, y) / d a for soft labels: the backward below serves both.
+            u = overlap_share(a, y, g1, g0) if soft_label else y
+            ctx.save_for_backward(u, w, d, g1, g0)
             ctx.in_dtype = in_dtype
             ctx.pool = pool
             ctx.scale = sign * k
@@ -72,7 +94,7 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
                 grad_s = grad_s.mul_(w)
             if d is not None:
                 grad_s = grad_s.mul_(d)
-            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 9)
+            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 10)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
     return SymbolicMetric
@@ -91,6 +113,10 @@ class MetricLoss(torch.nn.Module):
     ``weighted`` by support, ``none`` returns one per class); ``ignore_index``
     drops elements with that target from every count; ``classes`` picks class
     indices and ``class_weights`` (one per class) weighs them.
+    ``forward(input, target, weight=w)`` counts each element ``w`` times (a map
+    ``>= 0`` broadcastable to the target); ``soft_label=True`` counts the overlap
+    ``min(a, y)`` so that soft targets are matched exactly at ``input == target``
+    (``docs/weights-and-soft-labels.md``).
     With ``multidim_average="global"`` the whole batch forms the confusion
     matrices; with ``"samplewise"`` each sample has its own and ``reduction``
     (``mean``, ``sum``, ``none``) combines the samples. Averages skip classes
@@ -146,8 +172,12 @@ class MetricLoss(torch.nn.Module):
         classes: Sequence[int] | None = None,
         class_weights: Sequence[float] | None = None,
         validate_args: bool = True,
+        soft_label: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(soft_label, bool):
+            raise MetricError(f"soft_label must be True or False, got {soft_label!r}")
+        self.soft_label = soft_label
         relax = RELAXATIONS[look_up_option("relaxation", relaxation)]
         for name, value in (("backward", backward), ("multidim_average", multidim_average),
                             ("reduction", reduction)):
@@ -196,23 +226,27 @@ class MetricLoss(torch.nn.Module):
         """
         args = self._relax_args(from_logits)
         if self.backward_mode == "symbolic":
-            return self._function.apply(s, y, w, *args, self.eps, self.pool)
+            return self._function.apply(s, y, w, *args, self.eps, self.pool, self.soft_label)
         # Same dtype path as the symbolic backward: float32 at least.
         work = _wide(s.dtype)
         sw = s.to(work)
         if s.dtype == torch.float16 and sw.requires_grad:
             sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
         a = relax(sw, *args, sigmoid=stable_sigmoid)
-        counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
+        counts = soft_counts(a, y.to(work), None if w is None else w.to(work), self.soft_label)
         if self.pool is not None:
             counts = self.pool(counts, differentiable=True)
         value = _rows(self.metric_value(*counts, self.eps), counts[0])
         loss = 1 - value if self.higher_is_better else value
         return loss.to(work)
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+    def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
+        """The loss; ``weight`` (``>= 0``, broadcastable to ``target``) counts each element
+        that many times: integer weights equal repeating the elements."""
         validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index,
                         self.validate_args)
+        if weight is not None:
+            weight = validate_weight(weight, target, self.validate_args)
         # One class (binary) makes every average the same; micro is the cheapest.
         average = "micro" if self.mode == "binary" else self.average
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
@@ -222,6 +256,10 @@ class MetricLoss(torch.nn.Module):
                        self.classes, self.class_weights, need_hard=not single)
         n, k, m = r.s.shape
         w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
+        if weight is not None:
+            per_class = self.mode != "binary" and target.shape == input.shape
+            ew = weight_rows(weight, n, per_class, self.classes, r.s.dtype)
+            w = ew.expand(n, k, m) if w is None else w * ew
         if average == "micro" and r.weights is not None:
             # Micro pools the classes' counts, so a class weight scales its elements.
             cw = r.weights.to(r.s.dtype).view(1, k, 1)
