@@ -219,7 +219,7 @@ CANDIDATES: tuple[Recipe, ...] = (
 )
 # The method ("<recipe key>@<threshold>") that `--stage dev` chose on the development
 # sets by the rule in docs/choosing-a-loss.md (docs/development/selection.json).
-CHOSEN: str | None = None
+CHOSEN: str | None = "f1_amp20@0.5"
 THRESHOLDS = ("0.5", "tuned")  # the fixed threshold, and one tuned on the validation part
 
 
@@ -340,7 +340,8 @@ def train_folds(X: np.ndarray, y: np.ndarray, fit_sets: Sequence[np.ndarray], cf
     no statistic, loss or gradient. (``dtype=torch.float64`` is for the test that
     checks this.)
     """
-    out = np.zeros((len(recipes), len(fit_sets), len(cfg.seeds), len(y)), dtype=np.float32)
+    out = np.zeros((len(recipes), len(fit_sets), len(cfg.seeds), len(y)),
+                   dtype=np.float64 if dtype == torch.float64 else np.float32)
     groups: dict[float, list[int]] = {}
     for i, r in enumerate(recipes):
         groups.setdefault(r.batch_fraction or cfg.batch_fraction, []).append(i)
