@@ -24,6 +24,7 @@ from .parse import (
     parse,
     substitute,
     suggest,
+    suggest_all,
 )
 
 if TYPE_CHECKING:
@@ -381,6 +382,18 @@ def compile(formula: str, *, higher_is_better: bool | None = None, **params: flo
         raise MetricError(f"parameters must be numbers: {e}") from None
 
 
+def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None:
+    """Refuse a named metric's parameter outside its range (``fbeta`` with ``beta < 0``)."""
+    for metric_name in parsed.metrics:
+        metric = lookup(metric_name)
+        assert metric is not None
+        for param, (low, why) in metric.bounds.items():
+            value = given.get(param)
+            if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
+                    and value < low:
+                raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
+
+
 @lru_cache(maxsize=256)
 def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
                     param_items: tuple[tuple[str, float], ...]) -> Metric:
@@ -392,13 +405,14 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         given = {**parsed.defaults, **params}
         extra = [k for k in params if k not in parsed.parameters]
         if extra:
-            hint = "".join(suggest(k, list(parsed.parameters)) for k in extra)
+            hint = suggest_all(extra, list(parsed.parameters))
             known = ", ".join(parsed.parameters) or "none"
-            raise MetricError(f"unknown parameter {', '.join(map(repr, extra))}{hint}; "
+            raise MetricError(f"unknown parameter{'s' if len(extra) > 1 else ''} "
+                              f"{', '.join(map(repr, extra))}{hint}; "
                               f"this formula's parameters: {known}")
         missing = [p for p in parsed.parameters if p not in given]
         if missing:
-            hints = "".join(suggest(p, known_names()) for p in missing)
+            hints = suggest_all(missing, known_names())
             raise MissingParameterError(
                 f"formula has parameter{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(missing)} with no value{hints}; pass "
@@ -406,6 +420,7 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
                 + " to metricc.compile, or fix the name if it is a typo",
                 missing,
             )
+        _check_parameter_ranges(parsed, given)
         direction = higher_is_better
         if direction is None:
             direction = named.higher_is_better if named else True
