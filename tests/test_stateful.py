@@ -216,6 +216,7 @@ def test_samplewise_equals_sklearn_per_sample(mode: str) -> None:
     np.testing.assert_allclose(ours.numpy(), refs, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.filterwarnings("ignore:A single label was found")  # sklearn on one-class batches
 @given(st.lists(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=12),
                 min_size=1, max_size=4),
        st.sampled_from(["f1", "mcc", "cohen_kappa", "jaccard"]))
