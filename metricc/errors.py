@@ -18,6 +18,7 @@ __all__ = [
     "UnknownNameError",
     "VerificationError",
     "suggest",
+    "suggest_all",
 ]
 
 
@@ -63,16 +64,38 @@ class MetricWarning(UserWarning):
     """A metric that is legal but likely a mistake as a training objective."""
 
 
+def _close_names(name: str, candidates: list[str]) -> list[str]:
+    """The candidates ``name`` is a likely typo of: a case slip first, else up to three close ones."""
+    lowered = {c.lower(): c for c in candidates}
+    if name.lower() in lowered and lowered[name.lower()] != name:
+        return [lowered[name.lower()]]
+    return difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+
+
 def suggest(name: str, candidates: list[str]) -> str:
     """`` (did you mean 'x'?)`` for a likely typo, else the empty string.
 
     >>> suggest("anyloos", ["anyloss", "linear"])
     " (did you mean 'anyloss'?)"
     """
-    lowered = {c.lower(): c for c in candidates}
-    if name.lower() in lowered and lowered[name.lower()] != name:
-        return f" (did you mean '{lowered[name.lower()]}'?)"
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+    close = _close_names(name, candidates)
     if not close:
         return ""
     return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
+
+
+def suggest_all(names: list[str], candidates: list[str]) -> str:
+    """One note for several likely typos: `` (did you mean 'FP' for 'fp', 'TP' for 'tp'?)``.
+
+    >>> suggest_all(["fp", "tp"], ["TP", "FP", "FN", "TN"])
+    " (did you mean 'FP' for 'fp', 'TP' for 'tp'?)"
+    >>> suggest_all(["tp"], ["TP"])
+    " (did you mean 'TP'?)"
+    """
+    found = [(n, close) for n in names if (close := _close_names(n, candidates))]
+    if not found:
+        return ""
+    if len(names) == 1:
+        return suggest(names[0], candidates)
+    parts = [" or ".join(f"'{c}'" for c in close) + f" for '{n}'" for n, close in found]
+    return " (did you mean " + ", ".join(parts) + "?)"

@@ -153,6 +153,8 @@ class Formula:
     parameters: tuple[str, ...]
     defaults: dict[str, float] = field(default_factory=dict)
     bindings: dict[str, sympy.Expr] = field(default_factory=dict)
+    #: The named metrics the formula is or uses (their parameters' ranges apply).
+    metrics: tuple[str, ...] = ()
 
 
 def grammar_text() -> str:
@@ -324,6 +326,32 @@ def _describe(tok: Token) -> str:
     return f"'{tok}'"
 
 
+def _keyword_hint(text: str, at: int) -> str:
+    """The note for a misplaced ``=``: a keyword argument ``fbeta(beta=2)`` or a binding."""
+    call = re.search(r"([A-Za-z][A-Za-z0-9_]*)\s*\(([^()]*)$", text[:at])
+    if call is None:
+        return " (a binding is `name = expression` on its own line)"
+    fname = call.group(1)
+    inside = call.group(2) + text[at:].split(")", 1)[0]
+    pairs = re.findall(r"([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^,()\n;]*)", inside)
+    args = ", ".join(f"{k}={v.strip() or '<number>'}" for k, v in pairs)
+    flags = " ".join(f"--param {k}={v.strip() or '<number>'}" for k, v in pairs)
+    target = f'"{fname}"' if lookup(fname) is not None else '"<formula>"'
+    return (" (formulas take no keyword arguments; give parameter values to compile: "
+            f"metricc.compile({target}, {args}), or {flags} on the command line)")
+
+
+def _implicit_product_hint(text: str, tok: Token) -> str:
+    """`` (multiplication needs '*': write 2*TP)`` where a number or ``)`` directly precedes."""
+    before = text[: tok.start_pos or 0].rstrip(" \t")
+    left = re.search(r"(\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+|\))$", before)
+    if left is None:
+        return ""
+    shown = left.group(1) if left.group(1) != ")" else "(...)"
+    right = str(tok) if tok.type == "NAME" else "(...)"
+    return f" (multiplication needs '*': write {shown}*{right})"
+
+
 def _syntax_tree(text: str, pos: _Position) -> list[Any]:
     parser = _parser_for(pos)
     try:
@@ -364,7 +392,9 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
             msg = (f"unexpected {_describe(tok)}: a formula is one expression, on its last line; "
                    "earlier lines must be bindings `name = expression`")
         if tok.type == "EQUAL":
-            msg += " (a binding is `name = expression` on its own line)"
+            msg += _keyword_hint(text, tok.start_pos or 0)
+        elif tok.type in ("NAME", "LPAR"):
+            msg += _implicit_product_hint(text, tok)
         raise MetricSyntaxError(msg, text, tok.line or 1, tok.column or 1) from None
     except lark.exceptions.UnexpectedInput as e:  # UnexpectedEOF and friends
         raise MetricSyntaxError("could not parse formula", text, getattr(e, "line", 1) or 1,
@@ -425,6 +455,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
     later = {str(tok): tok for tok, _ in bindings}
     params: set[str] = set()
     defaults: dict[str, float] = {}
+    metrics: list[str] = []
 
     def resolve(expr: sympy.Expr, upcoming: set[str]) -> sympy.Expr:
         subs: dict[sympy.Symbol, sympy.Expr] = {}
@@ -435,11 +466,15 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
             elif name in COUNTS:
                 subs[sym] = COUNTS[name]
             elif name in DERIVED:
+                # A total not (yet) rebound is the built-in one, as a Python name is
+                # the builtin until a local assignment shadows it.
                 subs[sym] = DERIVED[name]
             elif name in upcoming:
                 raise pos.error(f"'{name}' is used before it is defined", pos.first_use[name])
             elif (metric := lookup(name)) is not None:
                 inner = _library_formula(metric.name)
+                if metric.name not in metrics:
+                    metrics.append(metric.name)
                 subs[sym] = inner.expr
                 for k, v in inner.defaults.items():
                     defaults.setdefault(k, v)
@@ -452,8 +487,11 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
     remaining = set(later)
     for tok, expr in bindings:
         name = str(tok)
-        if name in COUNTS or name in DERIVED:
-            raise pos.error(f"'{name}' is a built-in count and cannot be redefined", tok)
+        # Only the four counts are reserved: a binding of a total (P N PP PN n), such as
+        # `n = TP + FP + FN + TN` in Cohen's kappa, shadows the built-in from then on.
+        if name in COUNTS:
+            raise pos.error(f"'{name}' is one of the four counts (TP, FP, FN, TN) and cannot be "
+                            "redefined; choose another name", tok)
         if name in FUNCTIONS:
             raise pos.error(f"'{name}' is a function and cannot be redefined", tok)
         if name in defined:
@@ -471,6 +509,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
         parameters=tuple(sorted(params)),
         defaults=defaults,
         bindings=dict(defined),
+        metrics=tuple(metrics),
     )
 
 
@@ -479,7 +518,7 @@ def _library_formula(name: str) -> Formula:
     metric = lookup(name)
     assert metric is not None
     f = parse(metric.formula)
-    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {})
+    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {}, (metric.name,))
 
 
 def check_single_identifier(text: str) -> None:
