@@ -83,14 +83,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5,
         scores = _multilabel_validate_hard(p, t, ignore_index)
     else:
         scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
-        threshold = 0.5  # unused: the hard prediction is the argmax
-    if not scores.is_floating_point():  # 0/1 labels: a 1 is a positive prediction
-        scores, threshold = (scores != 0).to(torch.float32), 0.5
-    r = class_rows(scores, t, mode, False, ignore_index, classes, class_weights,
-                   threshold=threshold)
-    assert r.hard is not None
-    hard, y = r.hard, r.y > 0.5
-    mask = torch.ones_like(hard) if r.mask is None else r.mask
+    hard, y, mask = _hard_rows(scores, t, mode, threshold, ignore_index, classes, class_weights)
     f64 = torch.float64
     dims = (0, 2)
     tp = (hard & y & mask).sum(dims, dtype=f64)
@@ -114,6 +107,41 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5,
     values = torch.zeros_like(v)
     values[used] = value(tp[used], fp[used], fn[used], tn[used], zero_division=zero_division)
     return float((v * values).sum())
+
+
+def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
+               ignore_index: int | None, classes: tuple[int, ...] | None = None,
+               class_weights: tuple[float, ...] | None = None
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(hard, y, mask)``, bool ``(N, K, M)`` (``mask``: ``(N, 1 or K, M)``), from the
+    loss's own format stage (:func:`metricc.runtime.modes.class_rows`)."""
+    if mode == "multiclass":
+        threshold = 0.5  # unused: the hard prediction is the argmax
+    if not scores.is_floating_point():  # 0/1 labels: a 1 is a positive prediction
+        scores, threshold = (scores != 0).to(torch.float32), 0.5
+    r = class_rows(scores, t, mode, False, ignore_index, classes, class_weights,
+                   threshold=threshold)
+    assert r.hard is not None
+    hard, y = r.hard, r.y > 0.5
+    if r.mask is not None:
+        mask = r.mask
+    else:
+        mask = torch.ones_like(hard[:, :1] if mode == "multiclass" else hard)
+    return hard, y, mask
+
+
+def _multilabel(p: Tensor, t: Tensor, threshold: float, ignore_index: int | None
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(hard, y, mask)`` of multilabel (or ``(N, 1, *)`` binary) hard labels, all classes."""
+    scores = _multilabel_validate_hard(p, t, ignore_index)
+    return _hard_rows(scores, t, "multilabel", threshold, ignore_index)
+
+
+def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int | None
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(hard, y, mask)`` of multiclass hard labels, all classes."""
+    scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
+    return _hard_rows(scores, t, "multiclass", 0.5, ignore_index)
 
 
 def _check_01(t: Tensor, mask: Tensor | None, message: str) -> None:
