@@ -21,9 +21,11 @@ class NamedMetric:
     formula: str
     description: str
     higher_is_better: bool = True
-    params: Mapping[str, float] = field(default_factory=dict)
+    params: Mapping[str, float | str] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     sklearn: str | None = None
+    #: A metric over the whole K x K matrix (``docs/matrix.md``) rather than TP, FP, FN, TN.
+    matrix: bool = False
 
 
 _TPR = "TP/(TP+FN)"
@@ -94,6 +96,42 @@ _ALL = [
     NamedMetric("error_rate", "(FP+FN)/(TP+FP+FN+TN)", "fraction of wrong predictions",
                 higher_is_better=False, aliases=("misclassification_rate",),
                 sklearn="1 - accuracy_score"),
+]
+
+# K x K metrics. Kappa is 1 - observed/expected weighted disagreement, with the
+# expected matrix row(i) col(j) / n; the weights are those of scikit-learn's
+# cohen_kappa_score (1 - delta, |i-j|, (i-j)^2 over class indices 0..K-1).
+_KAPPA = "1 - n * sum(i, j, {w} * C[i,j]) / sum(i, j, {w} * row(i) * col(j))"
+_ALL += [
+    NamedMetric("multiclass_accuracy", "sum(i, C[i,i]) / n",
+                "fraction of samples whose predicted class is the true class", matrix=True,
+                sklearn="accuracy_score"),
+    NamedMetric("multiclass_balanced_accuracy",
+                "has = present(row(i))  # classes absent from the target are left out\n"
+                "sum(i, has * C[i,i] / (row(i) + 1 - has)) / sum(i, has)",
+                "mean recall over the classes present in the target", matrix=True,
+                sklearn="balanced_accuracy_score"),
+    NamedMetric("multiclass_mcc",
+                "c = sum(k, C[k,k])\n"
+                "(c*n - sum(k, col(k)*row(k))) / "
+                "sqrt((n^2 - sum(k, col(k)^2)) * (n^2 - sum(k, row(k)^2)))",
+                "multiclass Matthews correlation (Gorodkin's R_K)", matrix=True,
+                aliases=("rk", "multiclass_matthews"), sklearn="matthews_corrcoef"),
+    NamedMetric("multiclass_kappa", _KAPPA.format(w="(1 - delta(i,j))"),
+                "Cohen's kappa over K classes (unweighted)", matrix=True,
+                aliases=("multiclass_cohen_kappa",), sklearn="cohen_kappa_score"),
+    NamedMetric("linear_kappa", _KAPPA.format(w="abs(i-j)"),
+                "Cohen's kappa with linear weights |i-j| (ordinal classes)", matrix=True,
+                aliases=("linear_weighted_kappa",),
+                sklearn="cohen_kappa_score(weights='linear')"),
+    NamedMetric("quadratic_kappa", _KAPPA.format(w="(i-j)^2"),
+                "Cohen's kappa with quadratic weights (i-j)^2 (QWK, ordinal grading)",
+                matrix=True, aliases=("qwk", "quadratic_weighted_kappa"),
+                sklearn="cohen_kappa_score(weights='quadratic')"),
+    NamedMetric("expected_cost", "sum(i, j, M[i,j] * C[i,j]) / n",
+                "mean misclassification cost under the cost matrix M (M[i,j]: true i "
+                "predicted j)", higher_is_better=False, matrix=True,
+                params={"M": "1 - delta(i, j)"}),
 ]
 
 METRICS: dict[str, NamedMetric] = {m.name: m for m in _ALL}

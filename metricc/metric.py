@@ -16,6 +16,7 @@ import sympy
 from .analyse import Analysis, CheckReport, analyse, check, undefined_where
 from .errors import MetricError, MetricWarning, MissingParameterError
 from .library import lookup
+from .matrix import MatrixFormula
 from .parse import (
     COUNTS,
     Formula,
@@ -366,11 +367,21 @@ def compile(formula: str, *, higher_is_better: bool | None = None, **params: flo
     """
     if not isinstance(formula, str):
         raise MetricError(f"formula must be a string, got {type(formula).__name__}")
+    # K x K parameters (a weight or cost matrix) arrive as lists, arrays or tensors.
+    params = {k: _hashable(v) for k, v in params.items()}
     key = (formula, tuple(sorted((k, repr(v)) for k, v in params.items())), higher_is_better)
     try:
         return _compile_cached(key, formula, higher_is_better, tuple(params.items()))
     except TypeError as e:  # unhashable parameter values
         raise MetricError(f"parameters must be numbers: {e}") from None
+
+
+def _hashable(value: Any) -> Any:
+    if hasattr(value, "tolist") and not isinstance(value, (int, float)):
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 @lru_cache(maxsize=256)
@@ -382,13 +393,13 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
     with _analysis_errors(formula):
         parsed = parse(formula)
         given = {**parsed.defaults, **params}
-        extra = [k for k in params if k not in parsed.parameters]
+        known = (*parsed.parameters, *getattr(parsed, "matrix_parameters", ()))
+        extra = [k for k in params if k not in known]
         if extra:
-            hint = "".join(suggest(k, list(parsed.parameters)) for k in extra)
-            known = ", ".join(parsed.parameters) or "none"
+            hint = "".join(suggest(k, list(known)) for k in extra)
             raise MetricError(f"unknown parameter {', '.join(map(repr, extra))}{hint}; "
-                              f"this formula's parameters: {known}")
-        missing = [p for p in parsed.parameters if p not in given]
+                              f"this formula's parameters: {', '.join(known) or 'none'}")
+        missing = [p for p in known if p not in given]
         if missing:
             hints = "".join(suggest(p, known_names()) for p in missing)
             raise MissingParameterError(
@@ -404,6 +415,10 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         name = named.name if named else None
         if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
             name = formula.strip()
+        if isinstance(parsed, MatrixFormula):
+            from .matrix_metric import MatrixMetric
+
+            return MatrixMetric(parsed, given, name, direction)  # type: ignore[return-value]
         return Metric(parsed, given, name, direction)
 
 
