@@ -385,11 +385,16 @@ def resolve_text(text: str) -> sympy.Expr:
 # --- guard and derivatives -------------------------------------------------------------------
 
 def _positive_fallback(e: sympy.Add) -> bool:
-    """``x + 1 - present(x)`` with ``x >= 0``: ``x`` where it is positive, 1 where it is 0.
-
-    The denominator that leaves absent classes out of a mean (balanced accuracy).
+    """Sums that are >= 0 though not term by term: ``1 - delta(i, j)``, ``1 - present(x)``,
+    and ``x + 1 - present(x)`` with ``x >= 0`` (``x`` where it is positive, else 1: the
+    denominator that leaves absent classes out of a mean, as balanced accuracy does).
     """
     args = set(e.args)
+    if len(args) == 2 and sympy.S.One in args:
+        (other,) = args - {sympy.S.One}
+        if isinstance(other, sympy.Mul) and other.args[0] == -1 and len(other.args) == 2 \
+                and isinstance(other.args[1], (KroneckerDelta, Present)):
+            return True  # 1 - delta(i, j) and 1 - present(x) are 0 or 1
     for a in args:
         if isinstance(a, sympy.Mul) and a.args == (-1, a.args[1]) and \
                 isinstance(a.args[1], Present):

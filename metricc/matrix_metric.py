@@ -361,8 +361,9 @@ def _singularities(expr: sympy.Expr) -> list[MatrixSingularity]:
                 continue
             if node.exp.is_negative:
                 seen.add(base)
-                if isinstance(base, sympy.Add) and _positive_fallback(base):
-                    continue
+                if isinstance(base, sympy.Add) and _positive_fallback(base) and \
+                        len(base.args) == 3:
+                    continue  # x + 1 - present(x) never vanishes
                 out.append(MatrixSingularity(base, "= 0", "division by zero"))
             elif not node.exp.is_integer and not _nonnegative(base):
                 seen.add(base)
