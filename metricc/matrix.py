@@ -133,6 +133,8 @@ class MatrixFormula:
     parameters: tuple[str, ...]
     matrix_parameters: tuple[str, ...]
     defaults: dict[str, Any] = field(default_factory=dict)
+    #: Named metrics the formula uses (their parameter bounds apply).
+    metrics: tuple[str, ...] = ()
 
 
 # --- resolution ------------------------------------------------------------------------------
@@ -176,6 +178,7 @@ def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
     matrices: set[str] = set()
     defaults: dict[str, Any] = {}
     index_names: set[str] = set()
+    used_metrics: list[str] = []
     for e in [*(x for _, x in bindings), body]:
         for s in sympy.preorder_traversal(e):
             if isinstance(s, SumOf):
@@ -225,6 +228,8 @@ def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
                                "matrix; use a multiclass metric such as multiclass_accuracy",
                                name)
                 inner = _library_matrix(metric.name)
+                if metric.name not in used_metrics:
+                    used_metrics.append(metric.name)
                 for k, v in inner.defaults.items():
                     defaults.setdefault(k, v)
                 params.update(inner.parameters)
@@ -274,7 +279,7 @@ def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
             raise pos.error(f"'{name}' is a built-in count and cannot be redefined", name_tok)
         if name in FUNCTIONS or name in MATRIX_FUNCTIONS:
             raise pos.error(f"'{name}' is a function and cannot be redefined", name_tok)
-        if name in ("C", "K", "n"):
+        if name in ("C", "K"):
             raise pos.error(f"'{name}' is built into K x K formulas and cannot be redefined",
                             name_tok)
         if name in defined:
@@ -292,7 +297,8 @@ def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
     if not expr.has(C):
         raise MetricError(f"formula {text.strip()!r} does not depend on the confusion matrix "
                           "C; a metric must use C[i, j], row(i), col(j) or n")
-    return MatrixFormula(text, expr, tuple(sorted(params)), tuple(sorted(matrices)), defaults)
+    return MatrixFormula(text, expr, tuple(sorted(params)), tuple(sorted(matrices)), defaults,
+                         tuple(used_metrics))
 
 
 def _library_matrix(name: str) -> MatrixFormula:
@@ -303,7 +309,8 @@ def _library_matrix(name: str) -> MatrixFormula:
     assert metric is not None
     f = parse(metric.formula)
     assert isinstance(f, MatrixFormula)
-    return MatrixFormula(f.text, f.expr, f.parameters, f.matrix_parameters, dict(metric.params))
+    return MatrixFormula(f.text, f.expr, f.parameters, f.matrix_parameters, dict(metric.params),
+                         (metric.name,))
 
 
 def parse_index_formula(text: str) -> sympy.Expr:

@@ -25,11 +25,13 @@ from .parse import (
     parse,
     substitute,
     suggest,
+    suggest_all,
 )
 
 if TYPE_CHECKING:
 
     from .runtime import MetricLoss
+    from .threshold import ThresholdChoice
     from .verify import VerificationReport
 
 # emit (through SymPy's TorchPrinter) imports torch: it is imported where kernels
@@ -228,6 +230,13 @@ class Metric:
         tn = (~hard & ~yt).sum(dtype=f64)
         return float(self.value(tp, fp, fn, tn, zero_division=zero_division))
 
+    def best_threshold(self, scores: Any, target: Any, *,
+                       zero_division: float | None = None) -> ThresholdChoice:
+        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`."""
+        from .threshold import best_threshold
+
+        return best_threshold(self, scores, target, zero_division=zero_division)
+
     def _kernel(self, name: str) -> Any:
         return getattr(self.loss_class, name)
 
@@ -384,6 +393,18 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None:
+    """Refuse a named metric's parameter outside its range (``fbeta`` with ``beta < 0``)."""
+    for metric_name in parsed.metrics:
+        metric = lookup(metric_name)
+        assert metric is not None
+        for param, (low, why) in metric.bounds.items():
+            value = given.get(param)
+            if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
+                    and value < low:
+                raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
+
+
 @lru_cache(maxsize=256)
 def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
                     param_items: tuple[tuple[str, float], ...]) -> Metric:
@@ -396,12 +417,13 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         known = (*parsed.parameters, *getattr(parsed, "matrix_parameters", ()))
         extra = [k for k in params if k not in known]
         if extra:
-            hint = "".join(suggest(k, list(known)) for k in extra)
-            raise MetricError(f"unknown parameter {', '.join(map(repr, extra))}{hint}; "
+            hint = suggest_all(extra, list(known))
+            raise MetricError(f"unknown parameter{'s' if len(extra) > 1 else ''} "
+                              f"{', '.join(map(repr, extra))}{hint}; "
                               f"this formula's parameters: {', '.join(known) or 'none'}")
         missing = [p for p in known if p not in given]
         if missing:
-            hints = "".join(suggest(p, known_names()) for p in missing)
+            hints = suggest_all(missing, known_names())
             raise MissingParameterError(
                 f"formula has parameter{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(missing)} with no value{hints}; pass "
@@ -409,6 +431,7 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
                 + " to metricc.compile, or fix the name if it is a typo",
                 missing,
             )
+        _check_parameter_ranges(parsed, given)
         direction = higher_is_better
         if direction is None:
             direction = named.higher_is_better if named else True
