@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ALIASES", "METRICS", "NamedMetric", "lookup", "names", "sklearn_reference"]
+__all__ = ["ALIASES", "MATRIX_METRICS", "METRICS", "NamedMetric", "lookup", "names", "sklearn_reference"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ _ALL = [
 # expected matrix row(i) col(j) / n; the weights are those of scikit-learn's
 # cohen_kappa_score (1 - delta, |i-j|, (i-j)^2 over class indices 0..K-1).
 _KAPPA = "1 - n * sum(i, j, {w} * C[i,j]) / sum(i, j, {w} * row(i) * col(j))"
-_ALL += [
+_MATRIX = [
     NamedMetric("multiclass_accuracy", "sum(i, C[i,i]) / n",
                 "fraction of samples whose predicted class is the true class", matrix=True,
                 sklearn="accuracy_score"),
@@ -140,18 +140,22 @@ _ALL += [
                 params={"M": "1 - delta(i, j)"}),
 ]
 
+#: The 2x2 metrics (formulas over TP, FP, FN, TN).
 METRICS: dict[str, NamedMetric] = {m.name: m for m in _ALL}
-ALIASES: dict[str, str] = {a: m.name for m in _ALL for a in m.aliases}
+#: The K x K metrics (formulas over the whole confusion matrix, ``docs/matrix.md``).
+MATRIX_METRICS: dict[str, NamedMetric] = {m.name: m for m in _MATRIX}
+ALIASES: dict[str, str] = {a: m.name for m in [*_ALL, *_MATRIX] for a in m.aliases}
 
 
 def lookup(name: str) -> NamedMetric | None:
     """The named metric for ``name`` or one of its aliases, else ``None``."""
-    return METRICS.get(ALIASES.get(name, name))
+    canonical = ALIASES.get(name, name)
+    return METRICS.get(canonical) or MATRIX_METRICS.get(canonical)
 
 
 def names() -> list[str]:
     """Every name and alias a formula or ``metricc.compile`` accepts."""
-    return sorted([*METRICS, *ALIASES])
+    return sorted([*METRICS, *MATRIX_METRICS, *ALIASES])
 
 
 def sklearn_reference(name: str, **params: float) -> Callable[..., float]:
