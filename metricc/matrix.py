@@ -20,6 +20,7 @@ and every K would need its own code.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import keyword
 import re
@@ -301,6 +302,7 @@ def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
                          tuple(used_metrics))
 
 
+@functools.cache
 def _library_matrix(name: str) -> MatrixFormula:
     from .library import lookup
     from .parse import parse
