@@ -147,6 +147,27 @@ MATRIX_METRICS: dict[str, NamedMetric] = {m.name: m for m in _MATRIX}
 ALIASES: dict[str, str] = {a: m.name for m in [*_ALL, *_MATRIX] for a in m.aliases}
 
 
+#: 2x2 metrics that use TN, and the K x K metric that means what their name says over
+#: K classes (``docs/modes.md``: micro-averaging them in multiclass mode is refused).
+MATRIX_COUNTERPARTS: dict[str, str] = {
+    "accuracy": "multiclass_accuracy",
+    "error_rate": "expected_cost",
+    "balanced_accuracy": "multiclass_balanced_accuracy",
+    "mcc": "multiclass_mcc",
+    "cohen_kappa": "multiclass_kappa",
+}
+
+
+def micro_tn_refusal(name: str | None) -> str:
+    """Why ``average='micro'`` of a TN-dependent metric is refused in multiclass mode."""
+    counterpart = MATRIX_COUNTERPARTS.get(name or "")
+    use = (f"use the K x K metric {counterpart!r}" if counterpart else
+           "write the metric over the K x K matrix C[i,j] (docs/matrix.md)")
+    return (f"average='micro' in multiclass mode pools one-vs-rest counts, and their TN "
+            f"counts every element K-1 times, so {name or 'this metric'!s} (which uses TN) "
+            f"would change with the number of classes; {use}, or average='macro'")
+
+
 def lookup(name: str) -> NamedMetric | None:
     """The named metric for ``name`` or one of its aliases, else ``None``."""
     canonical = ALIASES.get(name, name)

@@ -15,7 +15,7 @@ import sympy
 
 from .analyse import Analysis, CheckReport, analyse, check, undefined_where
 from .errors import MetricError, MetricWarning, MissingParameterError
-from .library import lookup
+from .library import lookup, micro_tn_refusal
 from .matrix import MatrixFormula
 from .parse import (
     COUNTS,
@@ -258,6 +258,8 @@ class Metric:
                 "metric_value": staticmethod(namespace["metric_value"]),
                 "metric_and_coefficients": staticmethod(namespace["metric_and_coefficients"]),
                 "formula": self.text.strip(),
+                "micro_refusal": (micro_tn_refusal(self.name)
+                                  if COUNTS["TN"] in self.expr.free_symbols else ""),
                 "source": source,
                 "higher_is_better": self.higher_is_better,
                 "error_class": MetricError,

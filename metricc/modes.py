@@ -65,6 +65,8 @@ def score_classes(metric: Metric, preds: Any, target: Any, threshold: float = 0.
     w = None if weights is None else torch.tensor(weights, dtype=f64, device=tp.device)
 
     if average == "micro":
+        if mode == "multiclass" and metric.loss_class.micro_refusal:
+            raise MetricError(metric.loss_class.micro_refusal)
         # Pool the per-class matrices (class weights scale each class's counts).
         pooled = [(x if w is None else x * w).sum() for x in (tp, fp, fn, tn)]
         return float(metric.value(*pooled, zero_division=zero_division))

@@ -398,6 +398,8 @@ class MetricLoss(torch.nn.Module):
     source: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = True
     error_class: ClassVar[type[Exception]] = ValueError
+    #: Non-empty for metrics that use TN: why multiclass micro-averaging is refused.
+    micro_refusal: ClassVar[str] = ""
     _function: ClassVar[Any] = None
 
     @staticmethod
@@ -467,6 +469,8 @@ class MetricLoss(torch.nn.Module):
         self.average = average
         self.ignore_index, self.classes, self.class_weights = check_class_options(
             err, mode, average, ignore_index, classes, class_weights)
+        if mode == "multiclass" and average == "micro" and self.micro_refusal:
+            raise err(self.micro_refusal)
         if mode == "multiclass" and relaxation == "sigmoid":
             raise err("relaxation='sigmoid' acts on independent logits, but multiclass losses "
                       "act on softmax probabilities: use relaxation='anyloss' or 'linear', "

@@ -281,6 +281,8 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
         f'    """{class_doc}"""\n\n',
         _string_attribute("formula", metric.text.strip()),
         f"    higher_is_better = {metric.higher_is_better!r}\n",
+        *([_string_attribute("micro_refusal", metric.loss_class.micro_refusal)]
+          if metric.loss_class.micro_refusal else []),
         *(f"    {k} = staticmethod({k})\n" for k in KERNEL_NAMES),
         "\n",
         "    def __init__(\n",
