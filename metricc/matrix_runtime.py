@@ -103,22 +103,41 @@ def class_probabilities(x: Tensor, relaxation: str, temperature: float,
     return torch.softmax(z / temperature, 1)
 
 
-def label_matrix(y: Tensor, k: int, w: Tensor | None, dtype: torch.dtype) -> Tensor:
-    """``Y[n, i, m] = w[n, m] [y[n, m] = i]``; labels outside ``0..k-1`` (ignored) give 0."""
-    labels = torch.arange(k, device=y.device).view(1, k, 1)
-    out = (y.unsqueeze(1) == labels).to(dtype)
-    return out if w is None else out * w.unsqueeze(1).to(dtype)
+def soft_matrix(q: Tensor, y: Tensor, w: Tensor | None, samplewise: bool) -> Tensor:
+    """``C[r, i, j] = sum w [y = i] q[j]`` as float64: ``(1, K, K)``, or ``(N, K, K)`` per sample.
 
-
-def soft_matrix(q: Tensor, Y: Tensor, samplewise: bool) -> Tensor:
-    """``C[r, i, j] = sum Y[n, i, m] q[n, j, m]``: ``(1, K, K)``, or ``(N, K, K)`` per sample."""
+    ``q`` is ``(N, K, M)``, ``y`` ``(N, M)`` class indices in ``0..K-1`` (ignored
+    elements: any valid index with ``w = 0``), ``w`` ``(N, M)`` or ``None``. A
+    scatter-add of the (weighted) probabilities into the row of each element's true
+    class; no one-hot matrix is built. Sums run in float64, as the 2x2 counts' do.
+    """
     n, k, m = q.shape
-    if samplewise:
-        return torch.bmm(Y, q.transpose(1, 2))
-    if m == 1:
-        # (K, N) @ (N, K): the transposes are views, one matmul over the batch.
-        return (Y.reshape(n, k).t() @ q.reshape(n, k)).unsqueeze(0)
-    return torch.bmm(Y, q.transpose(1, 2)).sum(0, keepdim=True)
+    qw = q if w is None else q * w.unsqueeze(1)
+    qw = qw.to(torch.float64)
+    if not samplewise and m == 1:
+        out = torch.zeros(k, k, dtype=torch.float64, device=q.device)
+        return out.index_add_(0, y.reshape(n), qw.reshape(n, k)).unsqueeze(0)
+    if not samplewise and n * k * k > q.numel():
+        rows = qw.permute(0, 2, 1).reshape(n * m, k)
+        out = torch.zeros(k, k, dtype=torch.float64, device=q.device)
+        return out.index_add_(0, y.reshape(n * m), rows).unsqueeze(0)
+    # Ct[n, j, i] = sum_m [y[n, m] = i] q[n, j, m]
+    index = y.unsqueeze(1).expand(n, k, m)
+    ct = torch.zeros(n, k, k, dtype=torch.float64, device=q.device).scatter_add_(2, index, qw)
+    c = ct.transpose(1, 2)
+    return c if samplewise else c.sum(0, keepdim=True)
+
+
+def matrix_rows(G: Tensor, y: Tensor, w: Tensor | None, shape: torch.Size) -> Tensor:
+    """``out[n, j, m] = w[n, m] G[r, y[n, m], j]``: row ``y`` of ``G`` for every element,
+    the adjoint of :func:`soft_matrix` (``r`` = ``n`` per sample, else 0)."""
+    n, k, m = shape
+    if G.shape[0] == 1 and m == 1:
+        out = G[0].index_select(0, y.reshape(n)).unsqueeze(-1)
+    else:
+        gt = G.transpose(1, 2).expand(n, k, k)
+        out = torch.gather(gt, 2, y.unsqueeze(1).expand(n, k, m))
+    return out if w is None else out * w.unsqueeze(1)
 
 
 def _matrix_function(cls: type[MatrixLoss]) -> Any:
@@ -127,34 +146,31 @@ def _matrix_function(cls: type[MatrixLoss]) -> Any:
 
     class SymbolicMatrixMetric(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, q: Tensor, Y: Tensor, eps: float, samplewise: bool,
-                    pool: CountPool | None, *params: Tensor) -> Tensor:
-            C = soft_matrix(q, Y, samplewise).to(torch.float64)
+        def forward(ctx: Any, q: Tensor, y: Tensor, w: Tensor | None, eps: float,
+                    samplewise: bool, pool: CountPool | None, *params: Tensor) -> Tensor:
+            C = soft_matrix(q, y, w, samplewise)
             if pool is not None:
                 (C,) = pool((C,))
             value, G = cls.matrix_and_gradient(C, eps, *params)
-            ctx.save_for_backward(Y, G)
+            ctx.save_for_backward(y, w, G)
             ctx.pool = pool
             ctx.in_dtype = q.dtype
+            ctx.work_dtype = _wide(q.dtype)
+            ctx.shape = q.shape
             ctx.n_params = len(params)
             loss = 1 - value if cls.higher_is_better else value
             return loss.to(q.dtype)
 
         @staticmethod
         def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-            Y, G = ctx.saved_tensors
+            y, w, G = ctx.saved_tensors
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's matrix through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
-            # d loss / d C, per row r; then d loss / d q[n, j, m] = sum_i Y[n, i, m] G'[i, j].
-            Gs = (grad.to(G.dtype) * sign).view(-1, 1, 1) * G
-            Gt = Gs.transpose(1, 2).to(Y.dtype)
-            n, k, m = Y.shape
-            if m == 1 and Gt.shape[0] == 1:
-                grad_q = (Y.reshape(n, k) @ Gt[0].t()).unsqueeze(-1)
-            else:
-                grad_q = torch.matmul(Gt, Y)
-            return (_to_input_dtype(grad_q, ctx.in_dtype), None, None, None, None,
+            # d loss / d C per matrix r; d loss / d q[n, j, m] = w G'[r, y[n, m], j].
+            Gs = ((grad.to(G.dtype) * sign).view(-1, 1, 1) * G).to(ctx.work_dtype)
+            grad_q = matrix_rows(Gs, y, w, ctx.shape)
+            return (_to_input_dtype(grad_q, ctx.in_dtype), None, None, None, None, None,
                     *(None,) * ctx.n_params)
 
     SymbolicMatrixMetric.__name__ = SymbolicMatrixMetric.__qualname__ = f"{cls.__name__}Function"
@@ -329,13 +345,16 @@ class MatrixLoss(torch.nn.Module):
         if self.ignore_index is not None:
             keep = (y != self.ignore_index).to(work)
             w = keep if w is None else w * keep
+        if self.ignore_index is not None:
+            # Any valid row for ignored elements: their weight is 0.
+            y = torch.where(y == self.ignore_index, torch.zeros_like(y), y)
         q = class_probabilities(x, self.relaxation, self.temperature, self.from_logits)
-        Y = label_matrix(y, k, w, work)
         samplewise = self.multidim_average == "samplewise"
         if self.backward_mode == "symbolic":
-            losses = self._function.apply(q, Y, self.eps, samplewise, self.pool, *self._params())
+            losses = self._function.apply(q, y, w, self.eps, samplewise, self.pool,
+                                          *self._params())
         else:
-            C = soft_matrix(q, Y, samplewise).to(torch.float64)
+            C = soft_matrix(q, y, w, samplewise)
             if self.pool is not None:
                 (C,) = self.pool((C,), differentiable=True)
             value = self.matrix_value(C, self.eps, *self._params())
