@@ -388,3 +388,31 @@ def test_cli_grad_check_compile(tmp_path, capsys) -> None:
     a = module.QuadraticKappaLoss()(x, y)
     b = metricc.compile("quadratic_kappa").loss(from_logits=True)(x, y)
     assert float(a) == float(b)
+
+
+# --- scripts -----------------------------------------------------------------------------------
+
+def _script(path: str, *args: str) -> str:
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(root / path), *args], capture_output=True,
+                          text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_benchmark_smoke_run() -> None:
+    out = _script("benchmarks/bench_matrix.py", "--quick", "--no-compile", "--threads", "1")
+    assert "| qwk symbolic |" in out and "ratios against cross_entropy" in out
+
+
+def test_ordinal_evidence_smoke_run(tmp_path) -> None:
+    out = _script("examples/ordinal_diabetes.py", "--quick", "--out", str(tmp_path))
+    assert "| 20 | qwk |" in out
+    assert (tmp_path / "ordinal_qwk.png").stat().st_size > 1000
+    rows = (tmp_path / "ordinal_runs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * 4  # seeds x folds x losses
