@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(table))
     budgets = ", ".join(map(str, epochs))
     print(f"\n{seeds} seeds x {folds} folds, epochs {budgets}, {cpu:.0f} s CPU")
-    (out / "ordinal_table.md").write_text("\n".join(table) + "\n" + (
+    (out / "ordinal_table.txt").write_text("\n".join(table) + "\n" + (
         f"\n{seeds} seeds x {folds} folds, budgets of {budgets} epochs; {cpu:.0f} s of CPU "
         f"time, torch {torch.__version__}, one thread.\n"))
     return 0
