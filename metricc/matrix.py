@@ -35,10 +35,10 @@ from sympy.printing.str import StrPrinter
 from .errors import MetricError
 
 __all__ = [
+    "EPS",
     "A",
     "B",
     "C",
-    "EPS",
     "K",
     "MatrixFormula",
     "Present",

@@ -16,8 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import MetricError
 from .matrix import MATRIX_KERNEL_NAMES
-from .standalone import _LITERALS, _doc, _literal, _string_attribute, _top_level_names, \
-    _wrap_code, _wrap_doc, runtime_source
+from .standalone import (
+    _LITERALS,
+    _doc,
+    _literal,
+    _string_attribute,
+    _top_level_names,
+    _wrap_code,
+    _wrap_doc,
+    runtime_source,
+)
 
 if TYPE_CHECKING:
     from .matrix_metric import MatrixMetric

@@ -122,7 +122,7 @@ def test_weight_matrix_as_parameter_or_formula() -> None:
     cost = [[0, 1, 5], [1, 0, 1], [10, 1, 0]]
     ec = metricc.compile("expected_cost", M=cost)
     yy, pp = np.array([0, 2, 2, 1, 0]), np.array([2, 0, 2, 1, 1])
-    assert ec.score(pp, yy) == pytest.approx(sum(cost[a][b] for a, b in zip(yy, pp)) / 5)
+    assert ec.score(pp, yy) == pytest.approx(sum(cost[a][b] for a, b in zip(yy, pp, strict=True)) / 5)
 
 
 def test_two_by_two_language_unchanged() -> None:
@@ -156,7 +156,7 @@ def test_other_errors() -> None:
         metricc.compile("expected_cost", M=3)
     with pytest.raises(MetricError, match="unknown parameter"):
         metricc.compile("quadratic_kappa", W=[[0, 1], [1, 0]])
-    with pytest.raises(MetricError, match="unknown loss option 'average'.*no classes"):
+    with pytest.raises(MetricError, match=r"unknown loss option 'average'.*no classes"):
         metricc.compile("quadratic_kappa").loss(average="macro")
 
 
