@@ -20,7 +20,6 @@ and every K would need its own code.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import keyword
 import re
@@ -48,7 +47,6 @@ __all__ = [
     "gradient",
     "guard_matrix",
     "is_matrix_expr",
-    "resolve_matrix",
 ]
 
 #: The confusion matrix: ``C[i, j]`` counts true class ``i`` predicted as ``j``.
@@ -138,209 +136,6 @@ class MatrixFormula:
     metrics: tuple[str, ...] = ()
 
 
-# --- resolution ------------------------------------------------------------------------------
-
-def _index_symbol(name: str) -> sympy.Dummy:
-    # A Dummy is unique, so an index bound inside a binding or a named metric never
-    # captures one of the same name outside it.
-    return sympy.Dummy(name, integer=True, nonnegative=True)
-
-
-def row_total(i: sympy.Expr) -> sympy.Expr:
-    """``row(i) = sum_k C[i, k]``: the (weighted) number of samples of true class ``i``."""
-    k = _index_symbol("k")
-    return Sum(C[i, k], (k, 0, K - 1))
-
-
-def col_total(j: sympy.Expr) -> sympy.Expr:
-    """``col(j) = sum_k C[k, j]``: the (weighted) number of samples predicted as ``j``."""
-    k = _index_symbol("k")
-    return Sum(C[k, j], (k, 0, K - 1))
-
-
-def total() -> sympy.Expr:
-    """``n = sum_ij C[i, j]``."""
-    i, j = _index_symbol("i"), _index_symbol("j")
-    return Sum(C[i, j], (i, 0, K - 1), (j, 0, K - 1))
-
-
-def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,
-                   pos: Any) -> MatrixFormula:
-    """Turn the parser's placeholders into index-form SymPy, with positioned errors.
-
-    Bindings are substituted where they are used, so a binding may mention an
-    index (``recall = C[i,i]/row(i)``) that a ``sum`` around its use binds.
-    """
-    from .library import lookup
-    from .parse import COUNTS, DERIVED, FUNCTIONS, _Name
-
-    defined: dict[str, sympy.Expr] = {}
-    params: set[str] = set()
-    matrices: set[str] = set()
-    defaults: dict[str, Any] = {}
-    index_names: set[str] = set()
-    used_metrics: list[str] = []
-    for e in [*(x for _, x in bindings), body]:
-        for s in sympy.preorder_traversal(e):
-            if isinstance(s, SumOf):
-                index_names.update(v.name for v in s.args[1:])
-            elif isinstance(s, (Entry,)):
-                index_names.update(v.name for v in s.args[1:])
-            elif isinstance(s, (RowTotal, ColTotal, Delta)):
-                index_names.update(v.name for v in s.args if isinstance(v, _Name))
-
-    def tok(name: str) -> Any:
-        return pos.first_use.get(name) or pos.call_tokens.get(name)
-
-    def fail(message: str, name: str) -> MetricError:
-        t = tok(name)
-        return pos.error(message, t) if t is not None else MetricError(message)
-
-    def index(x: sympy.Expr, bound: dict[str, sympy.Expr], what: str) -> sympy.Expr:
-        if not isinstance(x, _Name):  # pragma: no cover - the parser checks this
-            raise MetricError(f"{what} takes class-index names")
-        if x.name not in bound:
-            raise fail(f"index '{x.name}' is not summed over here: write it inside "
-                       f"sum({x.name}, ...)", x.name)
-        return bound[x.name]
-
-    def walk(e: sympy.Expr, bound: dict[str, sympy.Expr], stack: tuple[str, ...]) -> sympy.Expr:
-        if isinstance(e, _Name):
-            name = e.name
-            if name in bound:
-                return bound[name]
-            if name in defined:
-                if name in stack:  # pragma: no cover - bindings only see earlier ones
-                    raise fail(f"'{name}' refers to itself", name)
-                return walk(defined[name], bound, (*stack, name))
-            if name == "K":
-                return K
-            if name == "n":
-                return total()
-            if name in COUNTS or name in DERIVED:
-                raise fail(f"'{name}' is a 2x2 count; a K x K formula uses C[i,j], row(i), "
-                           "col(j), n and K (docs/matrix.md)", name)
-            if name in index_names:
-                raise fail(f"index '{name}' is used outside a sum over it", name)
-            metric = lookup(name)
-            if metric is not None:
-                if not metric.matrix:
-                    raise fail(f"'{name}' is a 2x2 metric and cannot be mixed with the K x K "
-                               "matrix; use a multiclass metric such as multiclass_accuracy",
-                               name)
-                inner = _library_matrix(metric.name)
-                if metric.name not in used_metrics:
-                    used_metrics.append(metric.name)
-                for k, v in inner.defaults.items():
-                    defaults.setdefault(k, v)
-                params.update(inner.parameters)
-                matrices.update(inner.matrix_parameters)
-                return inner.expr
-            params.add(name)
-            return sympy.Symbol(name)
-        if isinstance(e, SumOf):
-            inner_body, *names = e.args
-            new = dict(bound)
-            limits = []
-            for v in names:
-                if v.name in bound:
-                    raise fail(f"index '{v.name}' is already summed over; use another name",
-                               v.name)
-                s = _index_symbol(v.name)
-                new[v.name] = s
-                limits.append((s, 0, K - 1))
-            return Sum(walk(inner_body, new, stack), *limits)
-        if isinstance(e, Entry):
-            base, i, j = e.args
-            ii, jj = index(i, bound, "an entry"), index(j, bound, "an entry")
-            if base.name == "C":
-                return C[ii, jj]
-            if base.name in COUNTS or base.name in DERIVED or base.name in FUNCTIONS \
-                    or base.name in defined or lookup(base.name) is not None:
-                raise fail(f"'{base.name}' cannot be indexed; C[i, j] is the confusion matrix "
-                           "and other indexed names are K x K parameters", base.name)
-            matrices.add(base.name)
-            return IndexedBase(base.name)[ii, jj]
-        if isinstance(e, RowTotal):
-            return row_total(index(e.args[0], bound, "row()"))
-        if isinstance(e, ColTotal):
-            return col_total(index(e.args[0], bound, "col()"))
-        if isinstance(e, Delta):
-            return KroneckerDelta(index(e.args[0], bound, "delta()"),
-                                  index(e.args[1], bound, "delta()"))
-        if isinstance(e, PresentCall):
-            return Present(walk(e.args[0], bound, stack))
-        if not e.args:
-            return e
-        return e.func(*(walk(a, bound, stack) for a in e.args))
-
-    for name_tok, expr in bindings:
-        name = str(name_tok)
-        if name in COUNTS:
-            raise pos.error(f"'{name}' is a built-in count and cannot be redefined", name_tok)
-        if name in FUNCTIONS or name in MATRIX_FUNCTIONS:
-            raise pos.error(f"'{name}' is a function and cannot be redefined", name_tok)
-        if name in ("C", "K"):
-            raise pos.error(f"'{name}' is built into K x K formulas and cannot be redefined",
-                            name_tok)
-        if name in defined:
-            raise pos.error(f"'{name}' is defined twice", name_tok)
-        if name in index_names:
-            raise pos.error(f"'{name}' is a class index and cannot be a binding", name_tok)
-        defined[name] = expr
-    for name_tok, expr in bindings:  # a binding may only use the ones above it
-        later = [str(t) for t, _ in bindings[[str(b) for b, _ in bindings].index(str(name_tok)):]]
-        for s in expr.atoms(_Name):
-            if s.name in later:
-                raise pos.error(f"'{s.name}' is used before it is defined",
-                                pos.first_use[s.name])
-    (expr,) = share_sums([walk(body, {}, ())])
-    if not expr.has(C):
-        raise MetricError(f"formula {text.strip()!r} does not depend on the confusion matrix "
-                          "C; a metric must use C[i, j], row(i), col(j) or n")
-    return MatrixFormula(text, expr, tuple(sorted(params)), tuple(sorted(matrices)), defaults,
-                         tuple(used_metrics))
-
-
-@functools.cache
-def _library_matrix(name: str) -> MatrixFormula:
-    from .library import lookup
-    from .parse import parse
-
-    metric = lookup(name)
-    assert metric is not None
-    f = parse(metric.formula)
-    assert isinstance(f, MatrixFormula)
-    return MatrixFormula(f.text, f.expr, f.parameters, f.matrix_parameters, dict(metric.params),
-                         (metric.name,))
-
-
-def parse_index_formula(text: str) -> sympy.Expr:
-    """A ``K x K`` parameter given as a formula in ``i`` and ``j`` (``"(i-j)^2"``).
-
-    Returns index form over the indices :data:`A` (row) and :data:`B` (column).
-
-    >>> parse_index_formula("(i-j)^2")
-    (a - b)**2
-    """
-    from .parse import parse
-
-    wrapped = parse(f"sum(i, j, C[i, j] * ({text}))")
-    if not isinstance(wrapped, MatrixFormula) or wrapped.matrix_parameters \
-            or wrapped.parameters:
-        raise MetricError(f"a matrix given as a formula may use only i, j, K and numbers, got "
-                          f"{text!r}")
-    s = wrapped.expr
-    if not isinstance(s, Sum) or len(s.limits) != 2:  # pragma: no cover
-        raise MetricError(f"could not read the matrix formula {text!r}")
-    (i, _, _), (j, _, _) = s.limits
-    body = s.function.xreplace({i: A, j: B})
-    out = sympy.simplify(body / C[A, B])
-    if out.has(C):
-        raise MetricError(f"a matrix formula in i, j cannot use the confusion matrix: {text!r}")
-    return out
-
-
 # --- display --------------------------------------------------------------------------------
 
 class _MatrixStrPrinter(StrPrinter):
@@ -375,20 +170,11 @@ class _MatrixStrPrinter(StrPrinter):
 def display(expr: sympy.Expr) -> str:
     """``expr`` in the formula language.
 
-    >>> display(resolve_text("sum(i, C[i,i]) / n"))
+    >>> import metricc
+    >>> display(metricc.compile("sum(i, C[i,i]) / n").expr)
     'sum(i, C[i, i])/n'
     """
     return _MatrixStrPrinter({"order": "none"}).doprint(expr)
-
-
-def resolve_text(text: str) -> sympy.Expr:
-    """The index form of a matrix formula (for examples and tests)."""
-    from .parse import parse
-
-    f = parse(text)
-    if not isinstance(f, MatrixFormula):
-        raise MetricError(f"{text!r} is not a K x K formula")
-    return f.expr
 
 
 # --- guard and derivatives -------------------------------------------------------------------
@@ -441,7 +227,8 @@ def guard_matrix(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
     one that may take either sign becomes ``d / (d^2 + eps^2)``, and root and log
     arguments get ``+ eps``.
 
-    >>> display(guard_matrix(resolve_text("sum(i, C[i,i]) / n")))
+    >>> import metricc
+    >>> display(guard_matrix(metricc.compile("sum(i, C[i,i]) / n").expr))
     'sum(i, C[i, i])/(eps + n)'
     """
 
@@ -515,7 +302,8 @@ def contract(expr: sympy.Expr) -> sympy.Expr:
 def gradient(expr: sympy.Expr) -> sympy.Expr:
     """``d expr / d C[a, b]`` in index form, free in :data:`A`, :data:`B` (and K).
 
-    >>> display(gradient(resolve_text("sum(i, C[i,i]) / n")))
+    >>> import metricc
+    >>> display(gradient(metricc.compile("sum(i, C[i,i]) / n").expr))
     'delta(a, b)/n - sum(i, C[i, i])/n**2'
     """
     return contract(sympy.diff(expr, C[A, B]))
@@ -666,9 +454,10 @@ def emit_matrix_kernels(expr: sympy.Expr, matrix_params: tuple[str, ...] = ()) -
 
     ``C`` is a float64 ``(R, K, K)`` batch of matrices; the kernels return the
     eps-guarded metric ``(R,)`` and its gradient ``d f / d C`` ``(R, K, K)``.
-    They call the helpers ``_sum``, ``_index``, ``_entry`` ... of the matrix runtime.
+    They call the helpers ``_sum``, ``_index``, ``_entry`` ... of :mod:`metricc.runtime.matrix`.
 
-    >>> print(emit_matrix_kernels(resolve_text("sum(i, C[i,i]) / n")).splitlines()[0])
+    >>> import metricc
+    >>> print(emit_matrix_kernels(metricc.compile("sum(i, C[i,i]) / n").expr).splitlines()[0])
     def matrix_value(C, eps):
     """
     guarded = guard_matrix(expr, EPS)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sympy
-from sympy import Indexed
+from sympy import Indexed, Sum
 
 from .errors import MetricError
 from .matrix import (
@@ -26,14 +26,38 @@ from .matrix import (
     display,
     emit_matrix_kernels,
     gradient,
-    parse_index_formula,
 )
+from .parse import parse
 
 if TYPE_CHECKING:
-    from .matrix_runtime import MatrixLoss
+    from .runtime.matrix import MatrixLoss
     from .verify import VerificationReport
 
-__all__ = ["MatrixCheckReport", "MatrixMetric", "matrix_parameter"]
+__all__ = ["MatrixCheckReport", "MatrixMetric", "matrix_parameter", "parse_index_formula"]
+
+
+def parse_index_formula(text: str) -> sympy.Expr:
+    """A ``K x K`` parameter given as a formula in ``i`` and ``j`` (``"(i-j)^2"``).
+
+    Returns index form over the indices :data:`A` (row) and :data:`B` (column).
+
+    >>> parse_index_formula("(i-j)^2")
+    (a - b)**2
+    """
+    wrapped = parse(f"sum(i, j, C[i, j] * ({text}))")
+    if not isinstance(wrapped, MatrixFormula) or wrapped.matrix_parameters \
+            or wrapped.parameters:
+        raise MetricError(f"a matrix given as a formula may use only i, j, K and numbers, got "
+                          f"{text!r}")
+    s = wrapped.expr
+    if not isinstance(s, Sum) or len(s.limits) != 2:  # pragma: no cover
+        raise MetricError(f"could not read the matrix formula {text!r}")
+    (i, _, _), (j, _, _) = s.limits
+    body = s.function.xreplace({i: A, j: B})
+    out = sympy.simplify(body / C[A, B])
+    if out.has(C):
+        raise MetricError(f"a matrix formula in i, j cannot use the confusion matrix: {text!r}")
+    return out
 
 
 def matrix_parameter(name: str, value: Any) -> sympy.Expr | tuple[tuple[float, ...], ...]:
@@ -158,12 +182,12 @@ class MatrixMetric:
 
     @property
     def loss_class(self) -> type[MatrixLoss]:
-        """The :class:`metricc.matrix_runtime.MatrixLoss` subclass holding the kernels."""
+        """The :class:`metricc.runtime.matrix.MatrixLoss` subclass holding the kernels."""
         if self._loss_class is None:
             import torch
 
-            from . import matrix_runtime
-            from .matrix_runtime import MatrixLoss
+            from .runtime import matrix as matrix_runtime
+            from .runtime.matrix import MatrixLoss
 
             source = self.kernels_source
             filename = f"<metricc matrix {abs(hash(source)):x}>"
@@ -180,7 +204,6 @@ class MatrixMetric:
                 "formula": self.text.strip(),
                 "source": source,
                 "higher_is_better": self.higher_is_better,
-                "error_class": MetricError,
                 "matrix_parameters": self.matrix_parameters,
                 "matrix_values": tuple(self.matrix_values[k] for k in self.matrix_parameters),
                 "__module__": "metricc.generated",
@@ -193,7 +216,7 @@ class MatrixMetric:
     def loss(self, relaxation: str = "softmax", *, warn_monotonicity: bool = True,
              **options: Any) -> MatrixLoss:
         """A ``torch.nn.Module``: ``1 - metric`` (or the metric, lower is better) on the soft
-        K x K matrix; options as in :class:`metricc.matrix_runtime.MatrixLoss`.
+        K x K matrix; options as in :class:`metricc.runtime.matrix.MatrixLoss`.
 
         >>> import torch, metricc
         >>> loss = metricc.compile("quadratic_kappa").loss("linear", from_logits=True)

@@ -1,17 +1,16 @@
 """Standalone files for K x K metrics: one torch-only module, as ``metricc compile`` writes.
 
-The text of :mod:`metricc.runtime` and :mod:`metricc.matrix_runtime` (torch-only
-on purpose), the generated kernels and one small subclass of ``MatrixLoss``.
+The runtime modules (:data:`metricc.standalone.SOURCES`, which include
+:mod:`metricc.runtime.matrix`), the generated kernels and one small subclass of
+``MatrixLoss``.
 User text reaches the file only as a ``repr()``-style string literal (the
 formula), escaped docstring text and numbers.
 """
 
 from __future__ import annotations
 
-import ast
 import keyword
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import MetricError
@@ -30,32 +29,7 @@ from .standalone import (
 if TYPE_CHECKING:
     from .matrix_metric import MatrixMetric
 
-__all__ = ["emit_matrix_standalone", "matrix_runtime_source"]
-
-_MATRIX_RUNTIME = Path(__file__).with_name("matrix_runtime.py")
-
-
-def matrix_runtime_source() -> tuple[str, ast.Module]:
-    """``metricc/matrix_runtime.py`` without its docstring, ``__future__`` and package imports
-    (the pasted runtime defines what it imports from there)."""
-    text = _MATRIX_RUNTIME.read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    drop: set[int] = set()
-    for node in tree.body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
-                and node is tree.body[0]:
-            drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-        elif isinstance(node, ast.ImportFrom) and (node.level > 0 or
-                                                   node.module == "__future__"):
-            drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) \
-                else [(node.module or "").split(".")[0]]
-            if any(r not in ("torch", "math", "typing") for r in roots):
-                raise RuntimeError("metricc/matrix_runtime.py must stay torch-only")
-    lines = [line for n, line in enumerate(text.splitlines(), start=1) if n not in drop]
-    return "\n".join(lines).strip("\n") + "\n", tree
-
+__all__ = ["emit_matrix_standalone"]
 
 def emit_matrix_standalone(metric: MatrixMetric, class_name: str | None = None,
                            relaxation: str = "softmax", *, warn_monotonicity: bool = True,
@@ -70,8 +44,7 @@ def emit_matrix_standalone(metric: MatrixMetric, class_name: str | None = None,
     name = class_name or "".join(
         p[:1].upper() + p[1:] for p in (metric.name or "custom_matrix_metric").split("_")) + "Loss"
     runtime, tree = runtime_source()
-    matrix_rt, mtree = matrix_runtime_source()
-    reserved = _top_level_names(tree) | _top_level_names(mtree) | set(MATRIX_KERNEL_NAMES) | {
+    reserved = _top_level_names(tree) | set(MATRIX_KERNEL_NAMES) | {
         "torch", "annotations", "DEFAULTS"}
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name) \
             or len(name) > 100:
@@ -111,8 +84,6 @@ def emit_matrix_standalone(metric: MatrixMetric, class_name: str | None = None,
     parts = [
         '"""' + _wrap_doc(_doc("\n".join(doc))) + '\n"""\n',
         runtime,
-        "\n\n# --- the K x K matrix loss " + "-" * 60 + "\n\n",
-        matrix_rt,
         "\n\n# --- generated from the metric's SymPy form " + "-" * 40 + "\n\n",
         _wrap_code(metric.kernels_source.rstrip("\n")),
         "\n\n",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import itertools
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sympy
 
@@ -23,8 +23,8 @@ from .errors import MetricWarning, VerificationError
 from .matrix import EPS, expand, guard_matrix
 from .verify import Check, VerificationReport, _ExactNumbers, symbolic_equal
 
-if TYPE_CHECKING:
-    from .matrix_metric import MatrixMetric
+#: A :class:`metricc.matrix_metric.MatrixMetric` (not imported: it imports this module).
+MatrixMetric = Any
 
 __all__ = ["verify_matrix"]
 

@@ -1,6 +1,6 @@
 """The K x K matrix loss: relaxed class probabilities, the soft matrix, the symbolic backward.
 
-Torch-only, like :mod:`metricc.runtime` (standalone files paste both). A compiled
+Torch-only, like the rest of the runtime (standalone files paste it). A compiled
 matrix metric subclasses :class:`MatrixLoss` and fills in its two generated
 kernels, which call the small broadcasting helpers defined first here.
 
@@ -19,8 +19,13 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .runtime import CountPool, _count_pool, _to_input_dtype, _wide
+from ..errors import MetricError
+from .counts import _to_input_dtype, _wide
+from .distributed import CountPool, count_pool
+from .options import look_up_option
 
+#: The relaxations to class probabilities a K x K loss can use (the 2x2 relaxations of
+#: :mod:`metricc.runtime.relax` act on one score at a time; these act on all K at once).
 MATRIX_RELAXATIONS = ("softmax", "linear")
 
 
@@ -197,7 +202,6 @@ class MatrixLoss(torch.nn.Module):
     formula: ClassVar[str] = ""
     source: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = True
-    error_class: ClassVar[type[Exception]] = ValueError
     #: Names of the K x K parameters the kernels take after ``eps``, and their values.
     matrix_parameters: ClassVar[tuple[str, ...]] = ()
     matrix_values: ClassVar[tuple[tuple[tuple[float, ...], ...], ...]] = ()
@@ -232,15 +236,11 @@ class MatrixLoss(torch.nn.Module):
         validate_args: bool = True,
     ) -> None:
         super().__init__()
-        err = self.error_class
-        for name, value, allowed in (
-            ("relaxation", relaxation, MATRIX_RELAXATIONS),
-            ("backward", backward, ("symbolic", "autograd")),
-            ("multidim_average", multidim_average, ("global", "samplewise")),
-            ("reduction", reduction, ("mean", "sum", "none")),
-        ):
-            if value not in allowed:
-                raise err(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
+        err = MetricError
+        look_up_option("relaxation", relaxation, MATRIX_RELAXATIONS)
+        for name, value in (("backward", backward), ("multidim_average", multidim_average),
+                            ("reduction", reduction)):
+            look_up_option(name, value)
         for name, value in (("temperature", temperature), ("eps", eps)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or value < 0 or (name == "temperature"
@@ -259,7 +259,7 @@ class MatrixLoss(torch.nn.Module):
         self.eps = float(eps)
         self.ignore_index = ignore_index
         self.validate_args = bool(validate_args)
-        self.pool = _count_pool(self, sync_dist, process_group, memory_decay)
+        self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average)
         for name, values in zip(self.matrix_parameters, self.matrix_values, strict=True):
             self.register_buffer(f"param_{name}", torch.tensor(values, dtype=torch.float64),
                                  persistent=False)
@@ -279,7 +279,7 @@ class MatrixLoss(torch.nn.Module):
         return [getattr(self, f"param_{n}") for n in self.matrix_parameters]
 
     def _validate(self, input: Tensor, target: Tensor, weight: Tensor | None) -> None:
-        err = self.error_class
+        err = MetricError
         if not isinstance(input, Tensor) or not isinstance(target, Tensor):
             raise err(f"input and target must be tensors, got {type(input).__name__} and "
                       f"{type(target).__name__}")
