@@ -137,6 +137,23 @@ class MatrixMetric:
         self._loss_class: type[MatrixLoss] | None = None
         self._check: MatrixCheckReport | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Travels as its formula and parameters, compiled again (cached) where it lands.
+        import metricc
+
+        return (_recompile, (metricc.compile, self.text, tuple(sorted(
+            (k, v) for k, v in self.parameters.items())), self.higher_is_better))
+
+    def metric(self, *args: Any, **kwargs: Any) -> Any:
+        """Not available for K x K formulas yet; :meth:`score` gives the exact value."""
+        raise MetricError("a torchmetrics Metric of a K x K formula is not available yet; "
+                          "use score(preds, target) on the whole evaluation set")
+
+    def best_threshold(self, *args: Any, **kwargs: Any) -> Any:
+        """Not applicable: a K x K metric scores the argmax over classes, not a threshold."""
+        raise MetricError("best_threshold applies to binary decisions; a K x K metric scores "
+                          "the argmax over classes")
+
     def __repr__(self) -> str:
         label = self.name or self.text.strip()
         return (f"MatrixMetric({label!r}, expr={display(self.expr)}, "
@@ -358,6 +375,11 @@ class MatrixMetric:
         from .matrix_verify import verify_matrix
 
         return verify_matrix(self, **options)
+
+
+def _recompile(compile_: Any, text: str, params: tuple[tuple[str, Any], ...],
+               higher_is_better: bool) -> MatrixMetric:
+    return compile_(text, higher_is_better=higher_is_better, **dict(params))  # type: ignore[no-any-return]
 
 
 # --- check -------------------------------------------------------------------------------------

@@ -416,3 +416,16 @@ def test_ordinal_evidence_smoke_run(tmp_path) -> None:
     assert (tmp_path / "ordinal_qwk.png").stat().st_size > 1000
     rows = (tmp_path / "ordinal_runs.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 4  # seeds x folds x losses
+
+
+def test_matrix_metric_pickles_and_refuses_what_does_not_apply() -> None:
+    import pickle
+
+    m = metricc.compile("expected_cost", M=[[0, 1], [2, 0]])
+    back = pickle.loads(pickle.dumps(m))
+    assert back.score([0, 1, 1], [1, 1, 0], num_classes=2) == m.score([0, 1, 1], [1, 1, 0],
+                                                                       num_classes=2)
+    with pytest.raises(MetricError, match="not available yet"):
+        m.metric()
+    with pytest.raises(MetricError, match="argmax"):
+        m.best_threshold()
