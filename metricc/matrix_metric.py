@@ -361,9 +361,10 @@ class MatrixMetric:
         true-class score rises (mass moves from ``C[a, b]`` to ``C[a, a]``).
 
         >>> import metricc
-        >>> r = metricc.compile("quadratic_kappa").check()
-        >>> r.direction
+        >>> metricc.compile("multiclass_mcc").check().direction
         'increasing'
+        >>> metricc.compile("quadratic_kappa").check().direction  # see docs/matrix.md
+        'mixed'
         """
         if self._check is None:
             self._check = _check(self)
