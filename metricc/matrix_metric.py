@@ -10,6 +10,7 @@ import builtins
 import linecache
 import math
 import random
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -138,11 +139,12 @@ class MatrixMetric:
         self._check: MatrixCheckReport | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Travels as its formula and parameters, compiled again (cached) where it lands.
-        import metricc
-
-        return (_recompile, (metricc.compile, self.text, tuple(sorted(
-            (k, v) for k, v in self.parameters.items())), self.higher_is_better))
+        # Travels as its formula and parameters, compiled again (cached) where it lands, by
+        # the function a 2x2 Metric pickles with. metricc.compile made this object, so its
+        # module is loaded (importing it here would be an import cycle).
+        recompile = sys.modules["metricc.metric"]._recompile
+        return (recompile, (self.text, tuple(sorted(self.parameters.items())),
+                            self.higher_is_better))
 
     def metric(self, *args: Any, **kwargs: Any) -> Any:
         """Not available for K x K formulas yet; :meth:`score` gives the exact value."""
@@ -376,11 +378,6 @@ class MatrixMetric:
         from .matrix_verify import verify_matrix
 
         return verify_matrix(self, **options)
-
-
-def _recompile(compile_: Any, text: str, params: tuple[tuple[str, Any], ...],
-               higher_is_better: bool) -> MatrixMetric:
-    return compile_(text, higher_is_better=higher_is_better, **dict(params))  # type: ignore[no-any-return]
 
 
 # --- check -------------------------------------------------------------------------------------
