@@ -3,10 +3,10 @@
 Expands quadratic weighted kappa for a concrete K over symbols ``C_i_j``
 (:func:`metricc.matrix.expand`), differentiates it by every entry and runs ``sympy.cse`` on
 the K^2 partials, as a per-K scalar emitter would; then times metricc's index-form
-derivative, which is one expression for every K. ``docs/matrix.md`` quotes K = 10.
+derivative, which is one expression for every K. ``docs/matrix.md`` quotes the figures.
 
-    python benchmarks/matrix_expansion.py            # K = 10: a few minutes
     python benchmarks/matrix_expansion.py --k 4      # seconds
+    python benchmarks/matrix_expansion.py            # K = 10: tens of minutes
 """
 
 from __future__ import annotations
