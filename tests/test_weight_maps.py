@@ -54,11 +54,13 @@ def _weight_for(mode: str, w: torch.Tensor) -> torch.Tensor:
 
 CASES = [("binary", "micro"), ("multiclass", "micro"), ("multiclass", "macro"),
          ("multiclass", "weighted"), ("multilabel", "macro"), ("multilabel", "none")]
+# multiclass micro-averaging of a metric that uses TN is refused (docs/modes.md)
+NAMED_CASES = [(mode, average, name) for mode, average in CASES for name in ("f1", "mcc")
+               if not (mode == "multiclass" and average == "micro" and name == "mcc")]
 
 
 @pytest.mark.parametrize("backward", ["symbolic", "autograd"])
-@pytest.mark.parametrize("name", ["f1", "mcc"])
-@pytest.mark.parametrize(("mode", "average"), CASES)
+@pytest.mark.parametrize(("mode", "average", "name"), NAMED_CASES)
 def test_integer_weights_equal_repeated_elements(mode: str, average: str, name: str,
                                                  backward: str) -> None:
     x, t, w = _data(mode, seed=1)
