@@ -246,6 +246,8 @@ class Metric:
         >>> round(float(iou.compute()), 4)   # (1 + 0 + 1/3) / 3
         0.4444
         """
+        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+            raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
         try:
             from .stateful import StatefulMetric
         except ImportError as e:
