@@ -6,7 +6,7 @@ import builtins
 import linecache
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -353,12 +353,15 @@ def _class_name(name: str | None) -> str:
     return "".join(part.capitalize() for part in name.split("_")) + "Loss"
 
 
-def compile(formula: str, *, higher_is_better: bool | None = None, **params: float) -> Metric:
+def compile(formula: str, *, higher_is_better: bool | None = None,
+            constraints: Iterable[str] | None = None, **params: float) -> Metric:
     """Compile a formula over ``TP FP FN TN`` (or a metric name) into a :class:`Metric`.
 
     ``params`` give values to the formula's free parameters; named metrics have
     defaults (``fbeta``'s ``beta=1``). ``higher_is_better`` defaults to the named
-    metric's direction, else ``True``.
+    metric's direction, else ``True``. ``constraints`` (``["recall >= 0.9"]``,
+    or a ``subject to`` clause in the formula) make it a
+    :class:`metricc.constraints.ConstrainedMetric` (``docs/constraints.md``).
 
     >>> import metricc
     >>> metricc.compile("fbeta", beta=2.0).value(tp=30, fp=5, fn=10, tn=955)
@@ -366,16 +369,24 @@ def compile(formula: str, *, higher_is_better: bool | None = None, **params: flo
     """
     if not isinstance(formula, str):
         raise MetricError(f"formula must be a string, got {type(formula).__name__}")
-    key = (formula, tuple(sorted((k, repr(v)) for k, v in params.items())), higher_is_better)
+    if constraints is not None:
+        if isinstance(constraints, str) or not isinstance(constraints, Iterable):
+            raise MetricError("constraints must be a list of strings, e.g. ['recall >= 0.9'], "
+                              f"got {constraints!r}")
+        constraints = tuple(constraints)
+    key = (formula, tuple(sorted((k, repr(v)) for k, v in params.items())), higher_is_better,
+           constraints)
     try:
-        return _compile_cached(key, formula, higher_is_better, tuple(params.items()))
+        return _compile_cached(key, formula, higher_is_better, tuple(params.items()),
+                               constraints or ())
     except TypeError as e:  # unhashable parameter values
         raise MetricError(f"parameters must be numbers: {e}") from None
 
 
 @lru_cache(maxsize=256)
 def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
-                    param_items: tuple[tuple[str, float], ...]) -> Metric:
+                    param_items: tuple[tuple[str, float], ...],
+                    constraints: tuple[str, ...] = ()) -> Metric:
     params = dict(param_items)
     named = lookup(formula.strip())
     check_single_identifier(formula)
@@ -404,6 +415,11 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         name = named.name if named else None
         if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
             name = formula.strip()
+        if parsed.constraints or constraints:
+            from .constraints import ConstrainedMetric, build_constraints
+
+            built = build_constraints(parsed, constraints)
+            return ConstrainedMetric(parsed, given, name, direction, built)
         return Metric(parsed, given, name, direction)
 
 

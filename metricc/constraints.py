@@ -1,0 +1,389 @@
+"""Constraints on a compiled metric: ``precision subject to recall >= 0.9``.
+
+A constraint is ``lhs >= rhs`` or ``lhs <= rhs``, each side a number, a count,
+a named metric or any formula over them. It is normalised to ``metric op bound``:
+with a constant side that constant is the bound (``recall >= 0.9``; a constant on
+the left is moved right, flipping the comparison), otherwise the metric is
+``lhs - rhs`` and the bound 0 (``recall >= precision``).
+
+:class:`ConstrainedMetric` is what ``metricc.compile(..., constraints=[...])``
+(or a formula with a ``subject to`` clause) returns: a :class:`~metricc.Metric`
+whose ``loss()`` is a :class:`~metricc.constrained_runtime.ConstrainedLoss` and
+whose ``check()`` also says whether each constraint can be met.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sympy
+
+from .errors import MetricError, MetricSyntaxError, MetricWarning
+from .metric import Metric
+from .parse import COUNTS, Formula, ParsedConstraint, parse_constraint
+
+if TYPE_CHECKING:
+    from .analyse import CheckReport
+    from .constrained_runtime import ConstrainedLoss
+
+__all__ = ["ConstrainedMetric", "Constraint", "ConstraintCheck", "ConstraintsCheckReport",
+           "build_constraints"]
+
+_TP, _FP, _FN, _TN = COUNTS.values()
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``metric op bound``: ``op`` is ``">="`` or ``"<="``, ``text`` the constraint as written.
+
+    >>> import metricc
+    >>> c = metricc.compile("precision", constraints=["recall >= 0.9"]).constraints[0]
+    >>> c.text, c.metric.expr, c.op, c.bound
+    ('recall >= 0.9', TP/(FN + TP), '>=', 0.9)
+    >>> c.satisfied(c.metric.value(tp=9, fn=1))
+    True
+    """
+
+    text: str
+    metric: Metric
+    op: str
+    bound: float
+    exact_bound: sympy.Expr
+
+    @property
+    def sense(self) -> int:
+        """``+1`` for ``>=``, ``-1`` for ``<=``."""
+        return 1 if self.op == ">=" else -1
+
+    def violation(self, value: float) -> float:
+        """How far ``value`` is on the wrong side of the bound (``<= 0`` when met)."""
+        return self.sense * (self.bound - value)
+
+    def satisfied(self, value: float) -> bool:
+        """Whether ``value`` meets the constraint (an undefined ``nan`` does not)."""
+        return bool(self.violation(value) <= 0)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _constraint(parsed: ParsedConstraint, source: str) -> Constraint:
+    """Normalise one parsed constraint and compile its metric."""
+
+    def fail(message: str) -> MetricSyntaxError:
+        return MetricSyntaxError(message, source, parsed.line, parsed.column)
+
+    counts = set(COUNTS.values())
+    lhs, rhs, op = parsed.lhs, parsed.rhs, parsed.op
+    if not lhs.free_symbols & counts and not rhs.free_symbols & counts:
+        raise fail(f"constraint '{parsed.text}' compares two constants; one side must depend "
+                   "on the counts (a metric such as recall)")
+    if not lhs.free_symbols & counts:
+        lhs, rhs, op = rhs, lhs, ("<=" if op == ">=" else ">=")
+    if rhs.free_symbols & counts:
+        expr, bound = lhs - rhs, sympy.Integer(0)
+    else:
+        expr, bound = lhs, rhs
+    if bound.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo) or not bound.is_extended_real:
+        raise fail(f"the bound of constraint '{parsed.text}' is {bound}, not a finite real number")
+    try:
+        metric = Metric(Formula(parsed.text, expr, ()), {}, None, op == ">=")
+    except MetricError as e:
+        raise fail(f"constraint '{parsed.text}': {e}") from None
+    return Constraint(parsed.text, metric, op, float(bound), bound)
+
+
+def build_constraints(formula: Formula, extra: Iterable[str]) -> tuple[Constraint, ...]:
+    """The constraints of ``formula``'s ``subject to`` clause, then those of ``extra``."""
+    if isinstance(extra, str):
+        raise MetricError("constraints must be a list of strings, e.g. ['recall >= 0.9'], "
+                          f"not one string {extra!r}")
+    out = [_constraint(p, formula.text) for p in formula.constraints]
+    for text in extra:
+        out.append(_constraint(parse_constraint(text), text))
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- check
+@dataclass(frozen=True)
+class ConstraintCheck:
+    """Whether one constraint can be met by moving predictions the right way.
+
+    ``positives`` / ``negatives`` say how the constrained metric moves as a
+    positive's prediction rises (one unit from FN to TP) and as a negative's
+    falls (FP to TN): ``increasing``, ``decreasing``, ``constant``, ``mixed`` or
+    ``unknown``. ``best`` is its value at perfect predictions (over ``P`` and
+    ``N``); ``met_by_right_moves`` is ``True`` when perfect predictions meet the
+    bound for every class balance, ``False`` when they never do, ``None`` when
+    it depends on the balance or is unknown. ``method``: ``symbolic`` (proved)
+    or ``sampled``.
+    """
+
+    constraint: Constraint
+    positives: str
+    negatives: str
+    best: sympy.Expr
+    met_by_right_moves: bool | None
+    method: str
+
+    def __str__(self) -> str:
+        c = self.constraint
+        want = "increasing" if c.op == ">=" else "decreasing"
+        moves = (f"as a positive's prediction rises it is {self.positives}, as a negative's "
+                 f"falls it is {self.negatives}")
+        if self.positives == self.negatives == "constant":
+            return f"{c}: does not depend on the predictions; no training can move it"
+        if self.met_by_right_moves is False:
+            verdict = (f"CANNOT be met: even perfect predictions give {self.best}, "
+                       f"not {c.op} {c.bound:g}")
+        elif self.met_by_right_moves is None:
+            verdict = (f"met at perfect predictions only for some class balances "
+                       f"(there it is {self.best})")
+        else:
+            verdict = f"can be met: perfect predictions give {self.best}"
+        wrong = [d for d in (self.positives, self.negatives) if d not in (want, "constant")]
+        note = (f"; it needs the metric {want}, so right moves may push it the wrong way"
+                if wrong else "; right moves push it toward the bound")
+        return f"{c}: {verdict} ({self.method}); {moves}{note}"
+
+
+def _direction(d: sympy.Expr) -> tuple[str, str]:
+    from .analyse import _positive, _sampled_direction, _sign
+
+    if d == 0:
+        return "constant", "symbolic"
+    sampled = _sampled_direction(d)
+    if sampled == "mixed":
+        return "mixed", "sampled"
+    s = _sign(_positive(d))
+    if s is not None:
+        return {1: "increasing", -1: "decreasing", 0: "constant"}[s], "symbolic"
+    return sampled, "sampled"
+
+
+def _balances() -> list[tuple[float, float]]:
+    rng = random.Random(20240607)
+    return [(1.0, 1.0), (1.0, 99.0), (99.0, 1.0)] + [
+        (round(10 ** rng.uniform(0, 4)), round(10 ** rng.uniform(0, 4))) for _ in range(40)]
+
+
+def check_constraint(c: Constraint) -> ConstraintCheck:
+    """:class:`ConstraintCheck` of ``c``: the directions along right moves and the best value."""
+    from .analyse import _positive, _sign
+
+    e = c.metric.expr
+    grad = c.metric.gradient
+    pos, m1 = _direction(sympy.simplify(grad["TP"] - grad["FN"]))
+    neg, m2 = _direction(sympy.simplify(grad["TN"] - grad["FP"]))
+    P, N = sympy.Symbol("P", positive=True), sympy.Symbol("N", positive=True)
+    best = sympy.simplify(e.xreplace({_TP: P, _FN: sympy.Integer(0), _FP: sympy.Integer(0),
+                                      _TN: N}))
+    gap = sympy.simplify(c.sense * (best - c.exact_bound))
+    s = _sign(_positive(gap.xreplace({P: _TP, N: _TN})))
+    method = "symbolic" if "sampled" not in (m1, m2) else "sampled"
+    if s is not None:
+        met: bool | None = s >= 0
+    else:
+        method = "sampled"
+        f = sympy.lambdify((P, N), gap, modules=["math"])
+        seen = []
+        for p, n in _balances():
+            try:
+                v = float(f(p, n))
+            except (ZeroDivisionError, ValueError, OverflowError, TypeError):
+                continue
+            if math.isfinite(v):
+                seen.append(v >= -1e-12)
+        met = True if seen and all(seen) else False if seen and not any(seen) else None
+    return ConstraintCheck(c, pos, neg, best, met, method)
+
+
+class ConstraintsCheckReport:
+    """:meth:`Metric.check` of the objective, plus one :class:`ConstraintCheck` per constraint.
+
+    Attributes of the objective's report (``monotonicity``, ``undefined``, ...)
+    are read through; ``constraints`` holds the constraint checks.
+    """
+
+    def __init__(self, objective: CheckReport, constraints: tuple[ConstraintCheck, ...]) -> None:
+        self.objective = objective
+        self.constraints = constraints
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.objective, name)
+
+    def unmet(self) -> dict[str, str]:
+        """``{constraint: why}`` for each constraint that perfect predictions cannot meet."""
+        return {str(c.constraint): str(c) for c in self.constraints
+                if c.met_by_right_moves is False}
+
+    def __str__(self) -> str:
+        lines = [str(self.objective), "constraints:"]
+        lines += [f"  {c}" for c in self.constraints]
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- metric
+class ConstrainedMetric(Metric):
+    """A metric to optimise subject to constraints on other metrics.
+
+    Values and scores are the objective's; :meth:`loss` returns the Lagrangian
+    module (:class:`~metricc.constrained_runtime.ConstrainedLoss`);
+    :meth:`constraint_scores` evaluates the constraints on hard predictions.
+
+    >>> import metricc
+    >>> m = metricc.compile("precision subject to recall >= 0.9")
+    >>> m.constraints[0].text, m.higher_is_better
+    ('recall >= 0.9', True)
+    >>> m.constraint_scores([0.9, 0.8, 0.3, 0.1], [1, 1, 1, 0])
+    {'recall >= 0.9': 0.6666666666666666}
+    """
+
+    def __init__(self, formula: Formula, params: Mapping[str, float], name: str | None,
+                 higher_is_better: bool, constraints: tuple[Constraint, ...]) -> None:
+        super().__init__(formula, params, name, higher_is_better)
+        self.constraints = constraints
+        self._constraints_check: ConstraintsCheckReport | None = None
+
+    def __repr__(self) -> str:
+        return (super().__repr__()[:-1]
+                + f", constraints={[c.text for c in self.constraints]})")
+
+    def check(self) -> ConstraintsCheckReport:  # type: ignore[override]
+        """The objective's :meth:`Metric.check`, and whether each constraint can be met.
+
+        >>> import metricc
+        >>> r = metricc.compile("precision", constraints=["recall >= 0.9", "fpr <= -1"]).check()
+        >>> [c.met_by_right_moves for c in r.constraints]
+        [True, False]
+        >>> print(r.constraints[0])  # doctest: +NORMALIZE_WHITESPACE
+        recall >= 0.9: can be met: perfect predictions give 1 (symbolic); as a positive's
+        prediction rises it is increasing, as a negative's falls it is constant; right moves
+        push it toward the bound
+        """
+        if self._constraints_check is None:
+            self._constraints_check = ConstraintsCheckReport(
+                super().check(), tuple(check_constraint(c) for c in self.constraints))
+        return self._constraints_check
+
+    def loss(self, relaxation: str = "anyloss", *, warn_monotonicity: bool = True,  # type: ignore[override]
+             multiplier_lr: float = 0.5, penalty: float = 1.0, max_multiplier: float = 100.0,
+             multiplier_rates: str = "hard", **options: Any) -> ConstrainedLoss:
+        """The objective's loss plus the constraints' augmented-Lagrangian terms.
+
+        ``options`` are :meth:`Metric.loss`'s (binary mode, one confusion
+        matrix per batch); ``multiplier_lr``, ``penalty``, ``max_multiplier``
+        and ``multiplier_rates`` set the multipliers' ascent (see
+        ``docs/constraints.md``). A :class:`MetricWarning` names each constraint
+        that even perfect predictions cannot meet.
+
+        >>> import torch, metricc
+        >>> m = metricc.compile("precision subject to recall >= 0.9")
+        >>> loss_fn = m.loss(from_logits=True)
+        >>> x = torch.tensor([2.0, -1.0, 0.5, -3.0], requires_grad=True)
+        >>> loss_fn(x, torch.tensor([1.0, 1.0, 0.0, 0.0])).backward()
+        >>> loss_fn.log_dict()
+        {'recall >= 0.9': 0.5, 'multiplier/recall >= 0.9': 0.2}
+        """
+        from .constrained_runtime import ConstrainedLoss, ConstraintSpec
+
+        objective = super().loss(relaxation, warn_monotonicity=warn_monotonicity, **options)
+        if warn_monotonicity:
+            for why in self.check().unmet().values():
+                warnings.warn(f"constraint {why}", MetricWarning, stacklevel=2)
+        specs = [ConstraintSpec(c.text, c.metric.loss_class, c.op, c.bound)
+                 for c in self.constraints]
+        return ConstrainedLoss(objective, specs, multiplier_lr=multiplier_lr, penalty=penalty,
+                               max_multiplier=max_multiplier, multiplier_rates=multiplier_rates)
+
+    def constraint_scores(self, preds: Any, target: Any, threshold: float = 0.5) -> dict[str, float]:
+        """Each constraint's metric on hard predictions ``preds >= threshold`` (``nan``
+        where it is undefined, e.g. recall without positives)."""
+        return {c.text: c.metric.score(preds, target, threshold, zero_division=math.nan)
+                for c in self.constraints}
+
+    def best_threshold(self, scores: Any, target: Any) -> float:
+        """The threshold that maximises the objective on ``(scores, target)`` (held-out
+        data) among those whose hard predictions meet every constraint.
+
+        Raises :class:`MetricError` when no threshold meets them all.
+
+        >>> import metricc
+        >>> m = metricc.compile("precision subject to recall >= 0.75")
+        >>> m.best_threshold([0.9, 0.8, 0.7, 0.6, 0.2], [1, 1, 0, 1, 0])
+        0.6
+        """
+        return constrained_best_threshold(self, self.constraints, scores, target)
+
+    def feasible(self, preds: Any, target: Any, threshold: float = 0.5) -> bool:
+        """Whether every constraint holds on hard predictions ``preds >= threshold``."""
+        scores = self.constraint_scores(preds, target, threshold)
+        return all(c.satisfied(scores[c.text]) for c in self.constraints)
+
+
+# ----------------------------------------------------------------------------- thresholds
+def threshold_curve(metric: Metric, scores: Any, target: Any) -> tuple[Any, Any, Any]:
+    """``(thresholds, counts, values)``: every distinct score as a threshold (predict
+    positive where ``score >= t``, highest first), its ``(T, 4)`` float64 counts and
+    ``metric``'s value there (``nan`` where undefined)."""
+    import torch
+
+    s = (scores.detach() if isinstance(scores, torch.Tensor)
+         else torch.as_tensor(scores, dtype=torch.float64)).reshape(-1).to(torch.float64)
+    y = torch.as_tensor(target).detach().reshape(-1)
+    if s.shape != y.shape:
+        raise MetricError(f"scores and target must have the same number of elements, got "
+                          f"{s.numel()} and {y.numel()}")
+    if s.numel() == 0:
+        raise MetricError("best_threshold needs at least one score")
+    if not bool(torch.isfinite(s).all()):
+        raise MetricError("scores contain NaN or inf; thresholds need finite scores")
+    if not bool(((y == 0) | (y == 1)).all()):
+        raise MetricError("target must hold only 0 and 1")
+    order = torch.argsort(s, descending=True, stable=True)
+    s, y = s[order], y[order].to(torch.float64)
+    last = torch.ones_like(s, dtype=torch.bool)
+    last[:-1] = s[:-1] != s[1:]  # the last element of each run of equal scores
+    tp = torch.cumsum(y, 0)[last]
+    pp = torch.arange(1, s.numel() + 1, dtype=torch.float64)[last]
+    pos, total = y.sum(), float(s.numel())
+    fp = pp - tp
+    counts = torch.stack((tp, fp, pos - tp, total - pos - fp), -1)
+    return s[last], counts, metric.value(*counts.unbind(-1), zero_division=math.nan)
+
+
+def constrained_best_threshold(metric: Metric, constraints: tuple[Constraint, ...],
+                               scores: Any, target: Any) -> float:
+    """The threshold that optimises ``metric`` among those meeting every constraint.
+
+    Ties go to the highest threshold. Raises :class:`MetricError` naming the
+    constraints when no threshold meets them all.
+    """
+    import torch
+
+    thresholds, counts, values = threshold_curve(metric, scores, target)
+    ok = torch.ones_like(values, dtype=torch.bool)
+    reached = {}
+    for c in constraints:
+        h = c.metric.value(*counts.unbind(-1), zero_division=math.nan)
+        met = c.sense * (h - c.bound) >= 0  # nan compares False: undefined is not met
+        ok &= met
+        finite = h[torch.isfinite(h)]
+        reached[c.text] = (float(finite.max() if c.sense > 0 else finite.min())
+                           if finite.numel() else math.nan)
+    if not bool(ok.any()):
+        best = "; ".join(f"{k}: {'highest' if '>=' in k else 'lowest'} reached {v:.4g}"
+                         for k, v in reached.items())
+        raise MetricError(f"no threshold meets every constraint on these data ({best}); relax "
+                          "a bound, or use more validation data")
+    v = values if metric.higher_is_better else -values
+    v = torch.where(ok & torch.isfinite(v), v, -math.inf)
+    if not bool(torch.isfinite(v).any()):
+        raise MetricError("the metric is undefined at every threshold that meets the constraints")
+    # thresholds are sorted high to low, so the first maximum is the highest threshold
+    return float(thresholds[int(torch.argmax(v))])
