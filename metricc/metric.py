@@ -29,6 +29,7 @@ from .parse import (
 if TYPE_CHECKING:
 
     from .runtime import MetricLoss
+    from .threshold import ThresholdChoice
     from .verify import VerificationReport
 
 # emit (through SymPy's TorchPrinter) imports torch: it is imported where kernels
@@ -226,6 +227,13 @@ class Metric:
         fn = (~hard & yt).sum(dtype=f64)
         tn = (~hard & ~yt).sum(dtype=f64)
         return float(self.value(tp, fp, fn, tn, zero_division=zero_division))
+
+    def best_threshold(self, scores: Any, target: Any, *,
+                       zero_division: float | None = None) -> ThresholdChoice:
+        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`."""
+        from .threshold import best_threshold
+
+        return best_threshold(self, scores, target, zero_division=zero_division)
 
     def _kernel(self, name: str) -> Any:
         return getattr(self.loss_class, name)
