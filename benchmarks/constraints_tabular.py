@@ -175,7 +175,7 @@ def run_dataset(name: str, cfg: Config) -> list[dict]:
                 pc = probs[LOSSES.index(tag), fi, si]
                 pf = probs[LOSSES.index("f1"), fi, si]
                 m = constrained(target)
-                t_c = m.best_threshold(pc[val], y[val])
+                t_c = m.best_threshold(pc[val], y[val]).threshold
                 for method, p, t in (
                     ("bce_tuned", pb, recall_threshold(pb[val], y[val], target)),
                     ("f1_loss", pf, 0.5),

@@ -234,7 +234,8 @@ class ConstrainedMetric(Metric):
 
     Values and scores are the objective's; :meth:`loss` returns the Lagrangian
     module (:class:`~metricc.constrained_runtime.ConstrainedLoss`);
-    :meth:`constraint_scores` evaluates the constraints on hard predictions.
+    :meth:`constraint_scores` evaluates the constraints on hard predictions;
+    :meth:`~metricc.Metric.best_threshold` picks a threshold that meets them.
 
     >>> import metricc
     >>> m = metricc.compile("precision subject to recall >= 0.9")
@@ -307,83 +308,8 @@ class ConstrainedMetric(Metric):
         return {c.text: c.metric.score(preds, target, threshold, zero_division=math.nan)
                 for c in self.constraints}
 
-    def best_threshold(self, scores: Any, target: Any) -> float:
-        """The threshold that maximises the objective on ``(scores, target)`` (held-out
-        data) among those whose hard predictions meet every constraint.
-
-        Raises :class:`MetricError` when no threshold meets them all.
-
-        >>> import metricc
-        >>> m = metricc.compile("precision subject to recall >= 0.75")
-        >>> m.best_threshold([0.9, 0.8, 0.7, 0.6, 0.2], [1, 1, 0, 1, 0])
-        0.6
-        """
-        return constrained_best_threshold(self, self.constraints, scores, target)
-
     def feasible(self, preds: Any, target: Any, threshold: float = 0.5) -> bool:
         """Whether every constraint holds on hard predictions ``preds >= threshold``."""
         scores = self.constraint_scores(preds, target, threshold)
         return all(c.satisfied(scores[c.text]) for c in self.constraints)
 
-
-# ----------------------------------------------------------------------------- thresholds
-def threshold_curve(metric: Metric, scores: Any, target: Any) -> tuple[Any, Any, Any]:
-    """``(thresholds, counts, values)``: every distinct score as a threshold (predict
-    positive where ``score >= t``, highest first), its ``(T, 4)`` float64 counts and
-    ``metric``'s value there (``nan`` where undefined)."""
-    import torch
-
-    s = (scores.detach() if isinstance(scores, torch.Tensor)
-         else torch.as_tensor(scores, dtype=torch.float64)).reshape(-1).to(torch.float64)
-    y = torch.as_tensor(target).detach().reshape(-1)
-    if s.shape != y.shape:
-        raise MetricError(f"scores and target must have the same number of elements, got "
-                          f"{s.numel()} and {y.numel()}")
-    if s.numel() == 0:
-        raise MetricError("best_threshold needs at least one score")
-    if not bool(torch.isfinite(s).all()):
-        raise MetricError("scores contain NaN or inf; thresholds need finite scores")
-    if not bool(((y == 0) | (y == 1)).all()):
-        raise MetricError("target must hold only 0 and 1")
-    order = torch.argsort(s, descending=True, stable=True)
-    s, y = s[order], y[order].to(torch.float64)
-    last = torch.ones_like(s, dtype=torch.bool)
-    last[:-1] = s[:-1] != s[1:]  # the last element of each run of equal scores
-    tp = torch.cumsum(y, 0)[last]
-    pp = torch.arange(1, s.numel() + 1, dtype=torch.float64)[last]
-    pos, total = y.sum(), float(s.numel())
-    fp = pp - tp
-    counts = torch.stack((tp, fp, pos - tp, total - pos - fp), -1)
-    return s[last], counts, metric.value(*counts.unbind(-1), zero_division=math.nan)
-
-
-def constrained_best_threshold(metric: Metric, constraints: tuple[Constraint, ...],
-                               scores: Any, target: Any) -> float:
-    """The threshold that optimises ``metric`` among those meeting every constraint.
-
-    Ties go to the highest threshold. Raises :class:`MetricError` naming the
-    constraints when no threshold meets them all.
-    """
-    import torch
-
-    thresholds, counts, values = threshold_curve(metric, scores, target)
-    ok = torch.ones_like(values, dtype=torch.bool)
-    reached = {}
-    for c in constraints:
-        h = c.metric.value(*counts.unbind(-1), zero_division=math.nan)
-        met = c.sense * (h - c.bound) >= 0  # nan compares False: undefined is not met
-        ok &= met
-        finite = h[torch.isfinite(h)]
-        reached[c.text] = (float(finite.max() if c.sense > 0 else finite.min())
-                           if finite.numel() else math.nan)
-    if not bool(ok.any()):
-        best = "; ".join(f"{k}: {'highest' if '>=' in k else 'lowest'} reached {v:.4g}"
-                         for k, v in reached.items())
-        raise MetricError(f"no threshold meets every constraint on these data ({best}); relax "
-                          "a bound, or use more validation data")
-    v = values if metric.higher_is_better else -values
-    v = torch.where(ok & torch.isfinite(v), v, -math.inf)
-    if not bool(torch.isfinite(v).any()):
-        raise MetricError("the metric is undefined at every threshold that meets the constraints")
-    # thresholds are sorted high to low, so the first maximum is the highest threshold
-    return float(thresholds[int(torch.argmax(v))])

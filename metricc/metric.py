@@ -6,7 +6,7 @@ import builtins
 import linecache
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -228,12 +228,17 @@ class Metric:
         tn = (~hard & ~yt).sum(dtype=f64)
         return float(self.value(tp, fp, fn, tn, zero_division=zero_division))
 
-    def best_threshold(self, scores: Any, target: Any, *,
-                       zero_division: float | None = None) -> ThresholdChoice:
-        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`."""
+    def best_threshold(self, scores: Any, target: Any, *, zero_division: float | None = None,
+                       constraints: Sequence[str] | None = None) -> ThresholdChoice:
+        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`.
+
+        Only thresholds meeting ``constraints`` (and the metric's own, when it was
+        compiled with constraints) are candidates.
+        """
         from .threshold import best_threshold
 
-        return best_threshold(self, scores, target, zero_division=zero_division)
+        return best_threshold(self, scores, target, zero_division=zero_division,
+                              constraints=constraints)
 
     def _kernel(self, name: str) -> Any:
         return getattr(self.loss_class, name)

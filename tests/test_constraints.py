@@ -6,6 +6,7 @@ import copy
 import importlib.util
 import json
 import math
+import sys
 import warnings
 from pathlib import Path
 
@@ -309,15 +310,16 @@ def test_trains_to_the_recall_target_with_a_standard_optimizer() -> None:
 
 # -------------------------------------------------------------------------- threshold
 
-def _brute_force(p: np.ndarray, y: np.ndarray, target: float) -> float | None:
-    best, best_t = -1.0, None
-    for t in sorted(set(p.tolist()), reverse=True):
+def _brute_force(p: np.ndarray, y: np.ndarray, target: float) -> tuple[float, float]:
+    """Every distinct score, lowest first; the first best precision with enough recall."""
+    best, best_t = -1.0, math.nan
+    for t in sorted(set(p.tolist())):
         pred = (p >= t).astype(int)
         if recall_score(y, pred) >= target:
             prec = precision_score(y, pred, zero_division=0)
-            if prec > best:
+            if prec > best + 1e-12:
                 best, best_t = prec, t
-    return best_t
+    return best_t, best
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -329,15 +331,21 @@ def test_best_threshold_with_constraints_equals_brute_force(seed: int) -> None:
     p = np.round(np.clip(rng.normal(0.4 + 0.25 * y, 0.2), 0, 1), 2)  # ties on purpose
     for target in (0.5, 0.8, 0.9):
         m = metricc.compile(f"precision subject to recall >= {target}")
-        t = m.best_threshold(p, y)
-        assert t == _brute_force(p, y, target)
-        assert m.feasible(p, y, t)
+        choice = m.best_threshold(p, y)
+        assert (choice.threshold, choice.value) == pytest.approx(_brute_force(p, y, target))
+        assert m.feasible(p, y, choice.threshold)
+        plain = metricc.compile("precision").best_threshold(
+            p, y, constraints=[f"recall >= {target}"])
+        assert plain == choice
 
 
 def test_best_threshold_when_no_threshold_meets_the_constraints() -> None:
     m = metricc.compile("precision", constraints=["recall >= 0.9", "fpr <= 0.0"])
-    with pytest.raises(metricc.MetricError, match="no threshold meets every constraint"):
+    with pytest.raises(metricc.MetricError, match="no threshold meets every constraint") as e:
         m.best_threshold([0.9, 0.8, 0.7, 0.1], [1, 0, 1, 1])
+    assert "recall >= 0.9: highest 1" in str(e.value) and "fpr <= 0.0: lowest 0" in str(e.value)
+    with pytest.raises(metricc.MetricSyntaxError, match="unknown metric"):
+        metricc.compile("f1").best_threshold([0.3, 0.6], [0, 1], constraints=["recal >= 0.5"])
 
 
 # ------------------------------------------------------------------------------ check
@@ -375,6 +383,7 @@ def test_benchmark_smoke_run(tmp_path: Path) -> None:
         "constraints_tabular", Path(__file__).resolve().parents[1] / "benchmarks"
         / "constraints_tabular.py")
     bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # dataclasses look their module up there
     spec.loader.exec_module(bench)
     assert bench.main(["--quick", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "constraints_summary.json").read_text())
