@@ -6,6 +6,7 @@
 -2*TP/(FN + FP + 2*TP)**2
 """
 
+from .constraints import ConstrainedMetric
 from .errors import (
     MetricError,
     MetricSyntaxError,
@@ -20,6 +21,7 @@ from .threshold import ThresholdChoice, best_threshold
 
 __all__ = [
     "METRICS",
+    "ConstrainedMetric",
     "Metric",
     "MetricError",
     "MetricSyntaxError",
