@@ -65,11 +65,12 @@ RECALL = metricc.compile("recall")
 class Config:
     hidden: tuple[int, ...] = (16,)
     epochs: int = 100
-    lr: float = 1e-3
-    batch_fraction: float = 0.1
+    # chosen on the development sets by training recall alone (docs/constraints.md)
+    lr: float = 1e-2
+    batch_fraction: float = 0.25
     amplifier: float = 73.0
     memory_decay: float = 0.9
-    multiplier_lr: float = 0.5
+    multiplier_lr: float = 0.05
     penalty: float = 1.0
     multiplier_rates: str = "hard"
     folds: int = 5
@@ -241,26 +242,37 @@ def write_report(out: Path, rows: list[dict], meta: dict) -> None:
             prec = [_get(rows, d, target, m, "precision").mean() for d in datasets]
             base = [_get(rows, d, target, "bce_tuned", "precision").mean() for d in datasets]
             n_within = int(sum(abs(r - target) <= 0.03 for r in rec))
+            n_reached = int(sum(r >= target - 0.03 for r in rec))
             n_better = int(sum(p >= b for p, b in zip(prec, base, strict=True)))
             within.append(f"{n_within}/{len(datasets)}")
             better.append(f"{n_better}/{len(datasets)}")
             summary.append({"target": target, "method": m, "within": n_within,
+                            "reached": n_reached,
                             "precision_ge_a": n_better, "sets": len(datasets),
                             "mean_recall": float(np.mean(rec)),
-                            "mean_precision": float(np.mean(prec))})
+                            "mean_precision": float(np.mean(prec)),
+                            "mean_fit_recall": float(np.mean(
+                                [_get(rows, d, target, m, "fit_recall").mean()
+                                 for d in datasets]))})
         lines += ["| " + " | ".join(within) + " |", "| " + " | ".join(better) + " |", ""]
-    lines += ["## Means over the sets", "",
-              "| target | method | mean test recall | mean test precision | sets within 0.03 "
-              "| sets with precision >= (a) |", "|---:|---|---:|---:|---:|---:|"]
-    for s in summary:
-        lines.append(f"| {s['target']} | {LABELS[s['method']]} | {s['mean_recall']:.3f} | "
-                     f"{s['mean_precision']:.3f} | {s['within']}/{s['sets']} | "
-                     f"{s['precision_ge_a']}/{s['sets']} |")
+    lines += ["## Means over the sets", "", *summary_table(summary)]
     lines += ["", "![test recall and precision per data set](constraints_recall.png)", ""]
     (out / "constraints_results.md").write_text("\n".join(lines), encoding="utf-8")
     (out / "constraints_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     write_plot(out / "constraints_recall.png", rows, datasets)
     update_docs_page(out / "constraints.md", summary, meta)
+
+
+def summary_table(summary: list[dict]) -> list[str]:
+    out = ["| target | method | training recall | test recall | test precision | sets within "
+           "0.03 | sets >= target - 0.03 | sets with precision >= (a) |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for s in summary:
+        n = s["sets"]
+        out.append(f"| {s['target']} | {LABELS[s['method']]} | {s['mean_fit_recall']:.3f} | "
+                   f"{s['mean_recall']:.3f} | {s['mean_precision']:.3f} | {s['within']}/{n} | "
+                   f"{s['reached']}/{n} | {s['precision_ge_a']}/{n} |")
+    return out
 
 
 def update_docs_page(page: Path, summary: list[dict], meta: dict) -> None:
@@ -281,15 +293,10 @@ def update_docs_page(page: Path, summary: list[dict], meta: dict) -> None:
         "*within 0.03* when its mean test recall is, and as *precision >= (a)* when its mean "
         "test precision is at least that of (a):",
         "",
-        "| target | method | mean test recall | mean test precision | sets within 0.03 "
-        "| sets with precision >= (a) |",
-        "|---:|---|---:|---:|---:|---:|",
+        *summary_table(summary),
+        "",
+        end,
     ]
-    for s in summary:
-        block.append(f"| {s['target']} | {LABELS[s['method']]} | {s['mean_recall']:.3f} | "
-                     f"{s['mean_precision']:.3f} | {s['within']}/{s['sets']} | "
-                     f"{s['precision_ge_a']}/{s['sets']} |")
-    block += ["", end]
     page.write_text(head + "\n".join(block) + tail, encoding="utf-8")
 
 

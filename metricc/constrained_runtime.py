@@ -176,7 +176,7 @@ class ConstrainedLoss(torch.nn.Module):
     constraint_values: Tensor
 
     def __init__(self, objective: MetricLoss, constraints: Sequence[ConstraintSpec], *,
-                 multiplier_lr: float = 0.5, penalty: float = 1.0,
+                 multiplier_lr: float = 0.05, penalty: float = 1.0,
                  max_multiplier: float = 100.0, multiplier_rates: str = "hard") -> None:
         super().__init__()
         err = objective.error_class
