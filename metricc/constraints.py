@@ -30,6 +30,7 @@ from .parse import COUNTS, Formula, ParsedConstraint, parse_constraint
 if TYPE_CHECKING:
     from .analyse import CheckReport
     from .constrained_runtime import ConstrainedLoss
+    from .verify import VerificationReport
 
 __all__ = ["ConstrainedMetric", "Constraint", "ConstraintCheck", "ConstraintsCheckReport",
            "build_constraints"]
@@ -301,6 +302,30 @@ class ConstrainedMetric(Metric):
                  for c in self.constraints]
         return ConstrainedLoss(objective, specs, multiplier_lr=multiplier_lr, penalty=penalty,
                                max_multiplier=max_multiplier, multiplier_rates=multiplier_rates)
+
+    def verify(self, derivatives: Mapping[str, str] | None = None,  # type: ignore[override]
+               **options: Any) -> VerificationReport:
+        """:meth:`Metric.verify` of the objective and of every constraint's metric.
+
+        These are the kernels the constrained loss runs; how it combines them (the
+        Lagrangian and its backward) is checked by the test suite against a
+        hand-written float64 implementation. ``derivatives`` apply to the objective.
+        """
+        import dataclasses
+
+        from .errors import VerificationError
+        from .verify import verify
+
+        raise_on_failure = options.pop("raise_on_failure", True)
+        objective = Metric(self.formula, self.parameters, self.name, self.higher_is_better)
+        report = verify(objective, derivatives=derivatives, raise_on_failure=False, **options)
+        for c in self.constraints:
+            sub = verify(c.metric, raise_on_failure=False, **options)
+            report.checks += [dataclasses.replace(k, name=f"constraint {c.text}: {k.name}")
+                              for k in sub.checks]
+        if raise_on_failure and not report.ok:
+            raise VerificationError(str(report))
+        return report
 
     def constraint_scores(self, preds: Any, target: Any, threshold: float = 0.5) -> dict[str, float]:
         """Each constraint's metric on hard predictions ``preds >= threshold`` (``nan``

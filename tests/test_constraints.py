@@ -392,3 +392,11 @@ def test_benchmark_smoke_run(tmp_path: Path) -> None:
     rows = (tmp_path / "constraints_runs.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * len(bench.TARGETS) * len(bench.METHODS)  # 2 folds, 1 seed
     assert (tmp_path / "constraints_recall.png").stat().st_size > 1000
+
+
+def test_verify_checks_the_objective_and_every_constraint_kernel() -> None:
+    m = metricc.compile("precision subject to recall >= 0.9")
+    report = m.verify(numeric=False)
+    assert report.ok
+    assert any(c.name.startswith("constraint recall >= 0.9: ") for c in report.checks)
+    assert any(not c.name.startswith("constraint ") for c in report.checks)
