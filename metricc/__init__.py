@@ -6,7 +6,6 @@
 -2*TP/(FN + FP + 2*TP)**2
 """
 
-from .constraints import ConstrainedMetric
 from .errors import (
     MetricError,
     MetricSyntaxError,
@@ -21,7 +20,6 @@ from .threshold import ThresholdChoice, best_threshold
 
 __all__ = [
     "METRICS",
-    "ConstrainedMetric",
     "Metric",
     "MetricError",
     "MetricSyntaxError",

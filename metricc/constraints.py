@@ -6,34 +6,32 @@ with a constant side that constant is the bound (``recall >= 0.9``; a constant o
 the left is moved right, flipping the comparison), otherwise the metric is
 ``lhs - rhs`` and the bound 0 (``recall >= precision``).
 
-:class:`ConstrainedMetric` is what ``metricc.compile(..., constraints=[...])``
-(or a formula with a ``subject to`` clause) returns: a :class:`~metricc.Metric`
-whose ``loss()`` is a :class:`~metricc.constrained_runtime.ConstrainedLoss` and
-whose ``check()`` also says whether each constraint can be met.
+A :class:`~metricc.Metric` compiled with constraints (``metricc.compile(...,
+constraints=[...])`` or a formula with a ``subject to`` clause) holds them in
+``Metric.constraints``; its ``loss()`` is then a
+:class:`~metricc.constrained_runtime.ConstrainedLoss` and its ``check()`` also
+says whether each constraint can be met. This module needs no ``Metric``: the
+caller passes the function that compiles a constraint's side.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sympy
 
-from .errors import MetricError, MetricSyntaxError, MetricWarning
-from .metric import Metric
+from .errors import MetricError, MetricSyntaxError
 from .parse import COUNTS, Formula, ParsedConstraint, parse_constraint
 
-if TYPE_CHECKING:
-    from .analyse import CheckReport
-    from .constrained_runtime import ConstrainedLoss
-    from .verify import VerificationReport
+__all__ = ["Constraint", "ConstraintCheck", "ConstraintsCheckReport", "build_constraints",
+           "check_constraint"]
 
-__all__ = ["ConstrainedMetric", "Constraint", "ConstraintCheck", "ConstraintsCheckReport",
-           "build_constraints"]
+#: ``(formula, higher_is_better) -> compiled metric``: how a constraint's side is compiled.
+MetricFactory = Callable[[Formula, bool], Any]
 
 _TP, _FP, _FN, _TN = COUNTS.values()
 
@@ -51,7 +49,8 @@ class Constraint:
     """
 
     text: str
-    metric: Metric
+    #: the compiled :class:`~metricc.Metric` of the normalised left side
+    metric: Any
     op: str
     bound: float
     exact_bound: sympy.Expr
@@ -73,7 +72,7 @@ class Constraint:
         return self.text
 
 
-def _constraint(parsed: ParsedConstraint, source: str) -> Constraint:
+def _constraint(parsed: ParsedConstraint, source: str, make_metric: MetricFactory) -> Constraint:
     """Normalise one parsed constraint and compile its metric."""
 
     def fail(message: str) -> MetricSyntaxError:
@@ -93,20 +92,22 @@ def _constraint(parsed: ParsedConstraint, source: str) -> Constraint:
     if bound.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo) or not bound.is_extended_real:
         raise fail(f"the bound of constraint '{parsed.text}' is {bound}, not a finite real number")
     try:
-        metric = Metric(Formula(parsed.text, expr, ()), {}, None, op == ">=")
+        metric = make_metric(Formula(parsed.text, expr, ()), op == ">=")
     except MetricError as e:
         raise fail(f"constraint '{parsed.text}': {e}") from None
     return Constraint(parsed.text, metric, op, float(bound), bound)
 
 
-def build_constraints(formula: Formula, extra: Iterable[str]) -> tuple[Constraint, ...]:
+def build_constraints(formula: Formula | None, extra: Iterable[str],
+                      make_metric: MetricFactory) -> tuple[Constraint, ...]:
     """The constraints of ``formula``'s ``subject to`` clause, then those of ``extra``."""
     if isinstance(extra, str):
         raise MetricError("constraints must be a list of strings, e.g. ['recall >= 0.9'], "
                           f"not one string {extra!r}")
-    out = [_constraint(p, formula.text) for p in formula.constraints]
+    out = [_constraint(p, formula.text, make_metric)
+           for p in (formula.constraints if formula is not None else ())]
     for text in extra:
-        out.append(_constraint(parse_constraint(text), text))
+        out.append(_constraint(parse_constraint(text), text, make_metric))
     return tuple(out)
 
 
@@ -211,7 +212,7 @@ class ConstraintsCheckReport:
     are read through; ``constraints`` holds the constraint checks.
     """
 
-    def __init__(self, objective: CheckReport, constraints: tuple[ConstraintCheck, ...]) -> None:
+    def __init__(self, objective: Any, constraints: tuple[ConstraintCheck, ...]) -> None:
         self.objective = objective
         self.constraints = constraints
 
@@ -227,114 +228,3 @@ class ConstraintsCheckReport:
         lines = [str(self.objective), "constraints:"]
         lines += [f"  {c}" for c in self.constraints]
         return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- metric
-class ConstrainedMetric(Metric):
-    """A metric to optimise subject to constraints on other metrics.
-
-    Values and scores are the objective's; :meth:`loss` returns the Lagrangian
-    module (:class:`~metricc.constrained_runtime.ConstrainedLoss`);
-    :meth:`constraint_scores` evaluates the constraints on hard predictions;
-    :meth:`~metricc.Metric.best_threshold` picks a threshold that meets them.
-
-    >>> import metricc
-    >>> m = metricc.compile("precision subject to recall >= 0.9")
-    >>> m.constraints[0].text, m.higher_is_better
-    ('recall >= 0.9', True)
-    >>> m.constraint_scores([0.9, 0.8, 0.3, 0.1], [1, 1, 1, 0])
-    {'recall >= 0.9': 0.6666666666666666}
-    """
-
-    def __init__(self, formula: Formula, params: Mapping[str, float], name: str | None,
-                 higher_is_better: bool, constraints: tuple[Constraint, ...]) -> None:
-        super().__init__(formula, params, name, higher_is_better)
-        self.constraints = constraints
-        self._constraints_check: ConstraintsCheckReport | None = None
-
-    def __repr__(self) -> str:
-        return (super().__repr__()[:-1]
-                + f", constraints={[c.text for c in self.constraints]})")
-
-    def check(self) -> ConstraintsCheckReport:  # type: ignore[override]
-        """The objective's :meth:`Metric.check`, and whether each constraint can be met.
-
-        >>> import metricc
-        >>> r = metricc.compile("precision", constraints=["recall >= 0.9", "fpr <= -1"]).check()
-        >>> [c.met_by_right_moves for c in r.constraints]
-        [True, False]
-        >>> print(r.constraints[0])  # doctest: +NORMALIZE_WHITESPACE
-        recall >= 0.9: can be met: perfect predictions give 1 (symbolic); as a positive's
-        prediction rises it is increasing, as a negative's falls it is constant; right moves
-        push it toward the bound
-        """
-        if self._constraints_check is None:
-            self._constraints_check = ConstraintsCheckReport(
-                super().check(), tuple(check_constraint(c) for c in self.constraints))
-        return self._constraints_check
-
-    def loss(self, relaxation: str = "anyloss", *, warn_monotonicity: bool = True,  # type: ignore[override]
-             multiplier_lr: float = 0.05, penalty: float = 1.0, max_multiplier: float = 100.0,
-             multiplier_rates: str = "hard", **options: Any) -> ConstrainedLoss:
-        """The objective's loss plus the constraints' augmented-Lagrangian terms.
-
-        ``options`` are :meth:`Metric.loss`'s (binary mode, one confusion
-        matrix per batch); ``multiplier_lr``, ``penalty``, ``max_multiplier``
-        and ``multiplier_rates`` set the multipliers' ascent (see
-        ``docs/constraints.md``). A :class:`MetricWarning` names each constraint
-        that even perfect predictions cannot meet.
-
-        >>> import torch, metricc
-        >>> m = metricc.compile("precision subject to recall >= 0.9")
-        >>> loss_fn = m.loss(from_logits=True)
-        >>> x = torch.tensor([2.0, -1.0, 0.5, -3.0], requires_grad=True)
-        >>> loss_fn(x, torch.tensor([1.0, 1.0, 0.0, 0.0])).backward()
-        >>> {k: round(v, 4) for k, v in loss_fn.log_dict().items()}  # hard recall 1/2: a step up
-        {'recall >= 0.9': 0.5, 'multiplier/recall >= 0.9': 0.02}
-        """
-        from .constrained_runtime import ConstrainedLoss, ConstraintSpec
-
-        objective = super().loss(relaxation, warn_monotonicity=warn_monotonicity, **options)
-        if warn_monotonicity:
-            for why in self.check().unmet().values():
-                warnings.warn(f"constraint {why}", MetricWarning, stacklevel=2)
-        specs = [ConstraintSpec(c.text, c.metric.loss_class, c.op, c.bound)
-                 for c in self.constraints]
-        return ConstrainedLoss(objective, specs, multiplier_lr=multiplier_lr, penalty=penalty,
-                               max_multiplier=max_multiplier, multiplier_rates=multiplier_rates)
-
-    def verify(self, derivatives: Mapping[str, str] | None = None,  # type: ignore[override]
-               **options: Any) -> VerificationReport:
-        """:meth:`Metric.verify` of the objective and of every constraint's metric.
-
-        These are the kernels the constrained loss runs; how it combines them (the
-        Lagrangian and its backward) is checked by the test suite against a
-        hand-written float64 implementation. ``derivatives`` apply to the objective.
-        """
-        import dataclasses
-
-        from .errors import VerificationError
-        from .verify import verify
-
-        raise_on_failure = options.pop("raise_on_failure", True)
-        objective = Metric(self.formula, self.parameters, self.name, self.higher_is_better)
-        report = verify(objective, derivatives=derivatives, raise_on_failure=False, **options)
-        for c in self.constraints:
-            sub = verify(c.metric, raise_on_failure=False, **options)
-            report.checks += [dataclasses.replace(k, name=f"constraint {c.text}: {k.name}")
-                              for k in sub.checks]
-        if raise_on_failure and not report.ok:
-            raise VerificationError(str(report))
-        return report
-
-    def constraint_scores(self, preds: Any, target: Any, threshold: float = 0.5) -> dict[str, float]:
-        """Each constraint's metric on hard predictions ``preds >= threshold`` (``nan``
-        where it is undefined, e.g. recall without positives)."""
-        return {c.text: c.metric.score(preds, target, threshold, zero_division=math.nan)
-                for c in self.constraints}
-
-    def feasible(self, preds: Any, target: Any, threshold: float = 0.5) -> bool:
-        """Whether every constraint holds on hard predictions ``preds >= threshold``."""
-        scores = self.constraint_scores(preds, target, threshold)
-        return all(c.satisfied(scores[c.text]) for c in self.constraints)
-

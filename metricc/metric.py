@@ -63,8 +63,10 @@ class Metric:
     """
 
     def __init__(self, formula: Formula, params: Mapping[str, float], name: str | None,
-                 higher_is_better: bool) -> None:
+                 higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
         self.formula = formula
+        #: :class:`metricc.constraints.Constraint`\ s to meet while optimising (``docs/constraints.md``)
+        self.constraints = tuple(constraints)
         self.text = formula.text
         self.name = name
         self.parameters = dict(params)
@@ -94,7 +96,9 @@ class Metric:
 
     def __repr__(self) -> str:
         label = self.name or self.text.strip()
-        return f"Metric({label!r}, expr={self.expr}, higher_is_better={self.higher_is_better})"
+        extra = f", constraints={[c.text for c in self.constraints]}" if self.constraints else ""
+        return (f"Metric({label!r}, expr={self.expr}, higher_is_better={self.higher_is_better}"
+                f"{extra})")
 
     # --- symbolic -------------------------------------------------------------------------
     @property
@@ -139,6 +143,11 @@ class Metric:
         if self._check is None:
             self._check = check(self.expr, self.analysis.gradient,
                                 higher_is_better=self.higher_is_better)
+            if self.constraints:  # and whether each constraint can be met
+                from .constraints import ConstraintsCheckReport, check_constraint
+
+                self._check = ConstraintsCheckReport(  # type: ignore[assignment]
+                    self._check, tuple(check_constraint(c) for c in self.constraints))
         return self._check
 
     # --- numeric --------------------------------------------------------------------------
@@ -337,12 +346,20 @@ class Metric:
         ``warn_monotonicity=False`` (or filter ``MetricWarning`` with the
         :mod:`warnings` module) to silence it.
 
+        With constraints, the loss is a
+        :class:`~metricc.constrained_runtime.ConstrainedLoss` (binary mode, one
+        confusion matrix per batch) and takes ``multiplier_lr`` (0.05),
+        ``penalty`` (1.0), ``max_multiplier`` (100) and ``multiplier_rates``
+        (``"hard"``) too; see ``docs/constraints.md``.
+
         >>> import torch, metricc
         >>> loss = metricc.compile("f1").loss()
         >>> x = torch.tensor([0.9, 0.2, 0.8], requires_grad=True)
         >>> round(loss(x, torch.tensor([1.0, 0.0, 1.0])).item(), 4)
         0.0
         """
+        if self.constraints:
+            return self._constrained_loss(relaxation, warn_monotonicity, options)
         import inspect
 
         from .runtime import MetricLoss
@@ -385,13 +402,94 @@ class Metric:
         symbolic backward = autograd of an independent implementation = finite
         differences (``torch.autograd.gradcheck``) for every relaxation.
 
+        With constraints, the objective's kernels and every constraint's are
+        verified (checks named ``constraint <text>: ...``).
+
         >>> import metricc
         >>> metricc.compile("f1").verify(derivatives={"TP": "2*(FP+FN)/(2*TP+FP+FN)^2"}).ok
         True
         """
         from .verify import verify
 
+        if self.constraints:
+            return self._verify_constraints(derivatives, options)
         return verify(self, derivatives=derivatives, **options)
+
+    # --- constraints (docs/constraints.md) --------------------------------------------------
+    def parse_constraints(self, texts: Iterable[str]) -> tuple[Any, ...]:
+        """``["recall >= 0.9", ...]`` as :class:`metricc.constraints.Constraint` objects.
+
+        >>> import metricc
+        >>> c, = metricc.compile("f1").parse_constraints(["fpr <= 0.05"])
+        >>> c.metric.expr, c.op, c.bound
+        (FP/(FP + TN), '<=', 0.05)
+        """
+        from .constraints import build_constraints
+
+        return build_constraints(None, texts, _constraint_metric)
+
+    def constraint_scores(self, preds: Any, target: Any, threshold: float = 0.5) -> dict[str, float]:
+        """Each constraint's metric on hard predictions ``preds >= threshold`` (``nan``
+        where it is undefined, e.g. recall without positives).
+
+        >>> import metricc
+        >>> m = metricc.compile("precision subject to recall >= 0.9")
+        >>> m.constraint_scores([0.9, 0.8, 0.3, 0.1], [1, 1, 1, 0])
+        {'recall >= 0.9': 0.6666666666666666}
+        """
+        return {c.text: c.metric.score(preds, target, threshold, zero_division=math.nan)
+                for c in self.constraints}
+
+    def feasible(self, preds: Any, target: Any, threshold: float = 0.5) -> bool:
+        """Whether every constraint holds on hard predictions ``preds >= threshold``."""
+        scores = self.constraint_scores(preds, target, threshold)
+        return all(c.satisfied(scores[c.text]) for c in self.constraints)
+
+    def _constrained_loss(self, relaxation: str, warn_monotonicity: bool,
+                          options: dict[str, Any]) -> Any:
+        import warnings
+
+        from .constrained_runtime import ConstrainedLoss, ConstraintSpec
+
+        keys = ("multiplier_lr", "penalty", "max_multiplier", "multiplier_rates")
+        multiplier_options = {k: options.pop(k) for k in keys if k in options}
+        objective = self._objective().loss(relaxation, warn_monotonicity=warn_monotonicity,
+                                           **options)
+        if warn_monotonicity:
+            for why in self.check().unmet().values():  # type: ignore[attr-defined]
+                warnings.warn(f"constraint {why}", MetricWarning, stacklevel=3)
+        specs = [ConstraintSpec(c.text, c.metric.loss_class, c.op, c.bound)
+                 for c in self.constraints]
+        return ConstrainedLoss(objective, specs, **multiplier_options)
+
+    def _objective(self) -> Metric:
+        """This metric without its constraints (sharing the generated kernels)."""
+        plain = Metric(self.formula, self.parameters, self.name, self.higher_is_better)
+        plain._loss_class, plain._kernels_source = self._loss_class, self._kernels_source
+        return plain
+
+    def _verify_constraints(self, derivatives: Mapping[str, str] | None,
+                            options: dict[str, Any]) -> VerificationReport:
+        import dataclasses
+
+        from .errors import VerificationError
+        from .verify import verify
+
+        raise_on_failure = options.pop("raise_on_failure", True)
+        report = verify(self._objective(), derivatives=derivatives, raise_on_failure=False,
+                        **options)
+        for c in self.constraints:
+            sub = verify(c.metric, raise_on_failure=False, **options)
+            report.checks += [dataclasses.replace(k, name=f"constraint {c.text}: {k.name}")
+                              for k in sub.checks]
+        if raise_on_failure and not report.ok:
+            raise VerificationError(str(report))
+        return report
+
+
+def _constraint_metric(formula: Formula, higher_is_better: bool) -> Metric:
+    """How a constraint's normalised side is compiled (no parameters, no name)."""
+    return Metric(formula, {}, None, higher_is_better)
 
 
 @contextmanager
@@ -420,8 +518,9 @@ def compile(formula: str, *, higher_is_better: bool | None = None,
     ``params`` give values to the formula's free parameters; named metrics have
     defaults (``fbeta``'s ``beta=1``). ``higher_is_better`` defaults to the named
     metric's direction, else ``True``. ``constraints`` (``["recall >= 0.9"]``,
-    or a ``subject to`` clause in the formula) make it a
-    :class:`metricc.constraints.ConstrainedMetric` (``docs/constraints.md``).
+    or a ``subject to`` clause in the formula) are held in ``Metric.constraints``
+    and shape :meth:`Metric.loss`, :meth:`Metric.check` and
+    :meth:`Metric.best_threshold` (``docs/constraints.md``).
 
     >>> import metricc
     >>> metricc.compile("fbeta", beta=2.0).value(tp=30, fp=5, fn=10, tn=955)
@@ -489,12 +588,12 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         name = named.name if named else None
         if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
             name = formula.strip()
+        built: tuple[Any, ...] = ()
         if parsed.constraints or constraints:
-            from .constraints import ConstrainedMetric, build_constraints
+            from .constraints import build_constraints
 
-            built = build_constraints(parsed, constraints)
-            return ConstrainedMetric(parsed, given, name, direction, built)
-        return Metric(parsed, given, name, direction)
+            built = build_constraints(parsed, constraints, _constraint_metric)
+        return Metric(parsed, given, name, direction, built)
 
 
 # undefined_where is re-exported for callers that only need the analysis.

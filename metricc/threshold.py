@@ -186,12 +186,9 @@ def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts) -
 
     Raises :class:`MetricError` when none does.
     """
-    from .constraints import build_constraints
-    from .parse import Formula
-
     own = tuple(getattr(metric, "constraints", ()))
     if extra is not None:
-        own += build_constraints(Formula("", metric.expr, ()), extra)
+        own += tuple(metric.parse_constraints(extra))
     ok = np.ones(c.thresholds.shape, dtype=bool)
     if not own:
         return ok
