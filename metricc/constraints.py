@@ -9,7 +9,7 @@ the left is moved right, flipping the comparison), otherwise the metric is
 A :class:`~metricc.Metric` compiled with constraints (``metricc.compile(...,
 constraints=[...])`` or a formula with a ``subject to`` clause) holds them in
 ``Metric.constraints``; its ``loss()`` is then a
-:class:`~metricc.constrained_runtime.ConstrainedLoss` and its ``check()`` also
+:class:`~metricc.runtime.constrained.ConstrainedLoss` and its ``check()`` also
 says whether each constraint can be met. This module needs no ``Metric``: the
 caller passes the function that compiles a constraint's side.
 """
@@ -25,7 +25,8 @@ from typing import Any
 import sympy
 
 from .errors import MetricError, MetricSyntaxError
-from .parse import COUNTS, Formula, ParsedConstraint, parse_constraint
+from .parse import Formula, ParsedConstraint, parse_constraint
+from .symbols import COUNTS
 
 __all__ = ["Constraint", "ConstraintCheck", "ConstraintsCheckReport", "build_constraints",
            "check_constraint"]
@@ -155,7 +156,7 @@ class ConstraintCheck:
 
 
 def _direction(d: sympy.Expr) -> tuple[str, str]:
-    from .analyse import _positive, _sampled_direction, _sign
+    from .check import _positive, _sampled_direction, _sign
 
     if d == 0:
         return "constant", "symbolic"
@@ -176,7 +177,7 @@ def _balances() -> list[tuple[float, float]]:
 
 def check_constraint(c: Constraint) -> ConstraintCheck:
     """:class:`ConstraintCheck` of ``c``: the directions along right moves and the best value."""
-    from .analyse import _positive, _sign
+    from .check import _positive, _sign
 
     e = c.metric.expr
     grad = c.metric.gradient

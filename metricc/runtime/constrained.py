@@ -24,21 +24,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from .runtime import (
-    CountPool,
-    MetricLoss,
-    _counts,
-    _relax_pair,
-    _rows,
-    _to_input_dtype,
-    _wide,
-    class_rows,
-    relax,
-    soft_counts,
-    stable_sigmoid,
-)
-
-__all__ = ["MULTIPLIER_RATES", "ConstrainedLoss", "ConstraintSpec"]
+from ..errors import MetricError
+from .counts import _counts, _rows, _to_input_dtype, _wide, soft_counts
+from .distributed import CountPool
+from .loss import MetricLoss
+from .modes import class_rows, validate_inputs
+from .options import look_up_option
+from .relax import _relax_pair, relax, stable_sigmoid
 
 MULTIPLIER_RATES = ("hard", "relaxed")
 
@@ -179,7 +171,7 @@ class ConstrainedLoss(torch.nn.Module):
                  multiplier_lr: float = 0.05, penalty: float = 1.0,
                  max_multiplier: float = 100.0, multiplier_rates: str = "hard") -> None:
         super().__init__()
-        err = objective.error_class
+        err = MetricError
         if not constraints:
             raise err("ConstrainedLoss needs at least one constraint")
         if objective.mode != "binary" or objective.multidim_average != "global":
@@ -191,9 +183,7 @@ class ConstrainedLoss(torch.nn.Module):
             if (isinstance(value, bool) or not isinstance(value, (int, float))
                     or not math.isfinite(value) or value < 0):
                 raise err(f"{name} must be a finite number >= 0, got {value!r}")
-        if multiplier_rates not in MULTIPLIER_RATES:
-            raise err(f"multiplier_rates={multiplier_rates!r} is not one of "
-                      f"{', '.join(map(repr, MULTIPLIER_RATES))}")
+        look_up_option("multiplier_rates", multiplier_rates, MULTIPLIER_RATES)
         self.objective = objective
         self.constraints = tuple(constraints)
         self.labels = tuple(c.label for c in self.constraints)
@@ -210,7 +200,7 @@ class ConstrainedLoss(torch.nn.Module):
         # Hard counts pooled like the relaxed ones: global under sync_dist, remembered
         # under memory_decay, so the multiplier step sees the same data as the gradient.
         self.hard_pool = None if pool is None else CountPool(
-            pool.sync_dist, pool.process_group, pool.memory_decay, err)
+            pool.sync_dist, pool.process_group, pool.memory_decay)
 
     def extra_repr(self) -> str:
         return (f"constraints={list(self.labels)}, multiplier_lr={self.multiplier_lr}, "
@@ -232,7 +222,7 @@ class ConstrainedLoss(torch.nn.Module):
     def log_dict(self) -> dict[str, float]:
         """``{"<label>": value, "multiplier/<label>": lam}`` for the single-matrix case."""
         if self.multipliers.dim() != 1:
-            raise self.objective.error_class("log_dict() reports one multiplier per constraint; "
+            raise MetricError("log_dict() reports one multiplier per constraint; "
                                              "this loss holds one row per model (row_losses)")
         out: dict[str, float] = {}
         for label, h, lam in zip(self.labels, self.constraint_values.tolist(),
@@ -243,9 +233,10 @@ class ConstrainedLoss(torch.nn.Module):
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         obj = self.objective
-        obj._validate(input, target)
-        r = class_rows(obj.error_class, input, target, "binary", obj.from_logits,
-                       obj.ignore_index, None, None, need_hard=False)
+        validate_inputs(input, target, "binary", obj.from_logits, obj.ignore_index,
+                        obj.validate_args)
+        r = class_rows(input, target, "binary", obj.from_logits, obj.ignore_index, None, None,
+                       need_hard=False)
         w = None if r.mask is None else r.mask.to(r.s.dtype).reshape(1, -1)
         return self.row_losses(r.s.reshape(1, -1), r.y.reshape(1, -1), w)[0]
 
@@ -255,7 +246,7 @@ class ConstrainedLoss(torch.nn.Module):
         k = len(self.constraints)
         if lam.numel() != rows * k:
             if bool((lam != 0).any()):
-                raise self.objective.error_class(
+                raise MetricError(
                     f"the multipliers belong to {lam.numel() // k} confusion matrices but this "
                     f"call has {rows}; call reset_multipliers() when the rows change")
             shape = (k,) if rows == 1 else (rows, k)
