@@ -8,6 +8,7 @@
 ``modes``            per-mode validate/format stages and the averages
 ``loss``             ``MetricLoss`` and its autograd Function
 ``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
+``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix
 ===================  ==========================================================
 
 Importing this package loads nothing; each name below is loaded from its
@@ -33,6 +34,7 @@ _EXPORTS = {
     "class_rows": "modes", "reduce_samples": "modes", "validate_inputs": "modes",
     "MetricLoss": "loss",
     "ConstrainedLoss": "constrained", "ConstraintSpec": "constrained",
+    "MatrixLoss": "matrix", "soft_matrix": "matrix",
 }
 
 __all__ = sorted(_EXPORTS)
