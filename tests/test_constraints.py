@@ -400,3 +400,20 @@ def test_verify_checks_the_objective_and_every_constraint_kernel() -> None:
     assert report.ok
     assert any(c.name.startswith("constraint recall >= 0.9: ") for c in report.checks)
     assert any(not c.name.startswith("constraint ") for c in report.checks)
+
+
+def test_constraints_refuse_k_by_k_metrics_clearly() -> None:
+    with pytest.raises(metricc.MetricSyntaxError, match="K x K formula cannot take"):
+        metricc.compile("quadratic_kappa subject to recall >= 0.5")
+    with pytest.raises(metricc.MetricError, match="is a K x K metric"):
+        metricc.compile("quadratic_kappa", constraints=["recall >= 0.5"])
+    with pytest.raises(metricc.MetricSyntaxError, match="'quadratic_kappa' is a K x K metric"):
+        metricc.compile("precision", constraints=["quadratic_kappa >= 0.5"])
+
+
+def test_pickled_metric_keeps_its_constraints() -> None:
+    import pickle
+
+    m = metricc.compile("precision subject to fpr <= 0.1", constraints=["recall >= 0.9"])
+    back = pickle.loads(pickle.dumps(m))
+    assert [c.text for c in back.constraints] == ["fpr <= 0.1", "recall >= 0.9"]
