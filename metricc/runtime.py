@@ -191,7 +191,13 @@ def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor,
 
 def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``."""
+    """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``.
+
+    ``y`` may also be ``(N, 1, M)`` integer class indices for ``(N, C, M)`` rows (see
+    :func:`_index_counts`).
+    """
+    if not y.is_floating_point():
+        return _index_counts(a, y)
     acc = _sum_dtype(a)
     dims = (0, 2) if a.dim() == 3 else -1
     if w is not None:
@@ -209,6 +215,25 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
     fp = pp - tp
     fn = pos - tp
     tn = total - pos - fp
+    return tp, fp, fn, tn
+
+
+def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`soft_counts` of ``(N, C, M)`` rows against class indices ``y`` (``(N, 1, M)``).
+
+    The one-hot labels are never built: ``TP`` of class ``c`` sums ``a`` at the
+    elements labelled ``c`` (one gather and a float64 ``bincount`` over ``N M``
+    elements instead of a product and a sum over ``N C M``), and the support is a
+    ``bincount`` of the labels.
+    """
+    c = a.shape[1]
+    flat = y.reshape(-1)
+    pp = a.sum((0, 2), dtype=_sum_dtype(a)).to(torch.float64)
+    tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64), minlength=c)
+    pos = torch.bincount(flat, minlength=c).to(torch.float64)
+    fp = pp - tp
+    fn = pos - tp
+    tn = float(flat.numel()) - pos - fp
     return tp, fp, fn, tn
 
 
@@ -496,6 +521,12 @@ class MetricLoss(torch.nn.Module):
         ``from_logits`` overrides the module's setting (multiclass rows hold
         softmax probabilities even when the input held logits).
         """
+        return self._losses_and_support(s, y, w, from_logits)[0]
+
+    def _losses_and_support(self, s: Tensor, y: Tensor, w: Tensor | None,
+                            from_logits: bool | None) -> tuple[Tensor, Tensor]:
+        """:meth:`row_losses` and each row's support ``sum(w y)`` (``TP + FN`` of this
+        batch, before any pooling; float64, detached), which the averages need."""
         args = self._relax_args(from_logits)
         if self.backward_mode == "symbolic":
             return self._function.apply(s, y, w, *args, self.eps, self.pool)
@@ -506,11 +537,12 @@ class MetricLoss(torch.nn.Module):
             sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
         a = relax(sw, *args, sigmoid=stable_sigmoid)
         counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
+        support = (counts[0] + counts[2]).detach()
         if self.pool is not None:
             counts = self.pool(counts, differentiable=True)
         value = _rows(self.metric_value(*counts, self.eps), counts[0])
         loss = 1 - value if self.higher_is_better else value
-        return loss.to(work)
+        return loss.to(work), support
 
     def _validate(self, input: Tensor, target: Tensor) -> None:
         """Refuse inputs the loss would silently mis-train on, naming the fix.
@@ -594,8 +626,12 @@ class MetricLoss(torch.nn.Module):
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
         # Micro over the whole batch is one row, its own average: presence is not needed.
         single = average == "micro" and not samplewise
+        eager = not torch.compiler.is_compiling()
         r = class_rows(err, input, target, self.mode, self.from_logits, self.ignore_index,
-                       self.classes, self.class_weights, need_hard=not single)
+                       self.classes, self.class_weights,
+                       labels_checked=self.validate_args and eager,
+                       index_labels=(eager and self.backward_mode == "symbolic"
+                                     and not samplewise and average != "micro"))
         n, k, m = r.s.shape
         w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
         if average == "micro" and r.weights is not None:
@@ -612,18 +648,26 @@ class MetricLoss(torch.nn.Module):
 
         yr = rows(r.y)
         wr = None if w is None else rows(w)
-        losses = self.row_losses(rows(r.s), yr, wr, from_logits=r.from_logits)
+        losses, support = self._losses_and_support(rows(r.s), yr, wr, r.from_logits)
         if single:
             return losses[0]
-        f64 = torch.float64
-        yw = (yr if wr is None else yr * wr).detach()
-        pooled = yw.dim() == 3
-        support = yw.sum((0, 2) if pooled else -1, dtype=_sum_dtype(yw)).to(f64)
-        assert r.hard is not None
-        hard = rows(r.hard)
-        if wr is not None:  # ignored (or zero-weight) elements predict nothing either
-            hard = hard & (wr > 0)
-        present = (support > 0) | (hard.any(-1).any(0) if pooled else hard.any(-1))
+        # Each row's support, per (sample, class): rows are classes (pooled over the
+        # batch), (sample, class) pairs, or samples (micro).
+        if not samplewise:
+            support_nk = support.view(1, k).expand(n, k)
+        elif average == "micro":
+            support_nk = support.view(n, 1).expand(n, k)
+        else:
+            support_nk = support.view(n, k)
+        # A row's hard predictions matter only where it has no support; in eager mode,
+        # where a data-dependent branch is free, they are found only for those rows.
+        need = (support_nk == 0) if eager else None
+        hit = predicted(r, need, element_weights=w if average == "micro" else r.mask)
+        if not samplewise:
+            hit = hit.any(0)
+        elif average == "micro":
+            hit = hit.any(1)
+        present = (support > 0) | hit.reshape(-1)
         if self.pool is not None:
             support = self.pool.across_ranks(support)
             present = self.pool.across_ranks(present) > 0
@@ -642,16 +686,77 @@ class ClassRows(NamedTuple):
     ``K`` is the number of selected classes (1 in binary mode), ``M`` the
     number of elements per sample and class. ``mask`` (``(N, 1 or K, M)``,
     ``None`` without ``ignore_index``) is False where the target is ignored;
-    ``hard`` is the 0/1 prediction (threshold or argmax) that decides which
-    classes are present; ``weights`` holds the selected ``class_weights``.
+    ``weights`` holds the selected ``class_weights``. The hard prediction that
+    decides which classes are present (:func:`predicted`) is taken from
+    ``scores`` (detached): ``scores >= threshold`` for binary and multilabel
+    (``(N, K, M)``), the argmax over dim 1 of ``(N, C, M)`` (all ``C`` classes,
+    of which ``chosen`` are selected; ``None``: all) for multiclass.
     """
 
     s: Tensor
     y: Tensor
     mask: Tensor | None
-    hard: Tensor | None
     from_logits: bool
     weights: Tensor | None
+    scores: Tensor
+    threshold: float | None
+    chosen: list[int] | None
+
+
+def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None) -> Tensor:
+    """``(N, K)`` bool: class ``k`` is the hard prediction of a counted element of sample ``n``.
+
+    Counted elements are those with a positive ``element_weights`` (``(N, 1 or K, M)``,
+    or ``None`` for all). Exact where ``need`` (``(N, K)`` bool) is true; elsewhere
+    exact or False. ``need=None`` (under ``torch.compile``) computes every entry without
+    data-dependent branches.
+
+    Multiclass presence is the costly part: ``max(1).indices`` on CPU is ~40x slower than
+    ``amax(1)``. In eager mode the classes that need it are found one by one: class
+    ``j`` is the first maximum at an element iff it equals the maximum there and every
+    class before it is below it (a running prefix ``amax``), which is the argmax rule
+    (first maximum on ties) without an argmax.
+    """
+    n, k = r.s.shape[:2]
+    ew = None if element_weights is None else element_weights.detach() > 0
+    if need is not None and not bool(need.any()):
+        return torch.zeros((n, k), dtype=torch.bool, device=r.s.device)
+    x = r.scores
+    if r.threshold is not None:
+        if ew is None:
+            return x.amax(-1) >= r.threshold
+        return ((x >= r.threshold) & ew).any(-1)
+    c = x.shape[1]
+    cols = list(range(c)) if r.chosen is None else r.chosen
+    if ew is not None and ew.shape[1] == 1:
+        ew = ew.expand(n, k, -1)
+    if need is None:
+        # One pass that marks each element's argmax (first maximum, as documented) in an
+        # (N, C + 1) table; elements that are not counted go to the extra column.
+        idx = x.max(1).indices  # (N, M)
+        if r.mask is not None:
+            idx = torch.where(r.mask[:, 0], idx, c)
+        table = torch.zeros((n, c + 1), dtype=x.dtype, device=x.device).scatter_(1, idx, 1.0)
+        hit = table[:, cols] > 0
+        # zero class weights (micro) count nothing; a hit implies an unmasked element
+        return hit if ew is None else hit & ew.any(-1)
+    wanted = need.any(0).nonzero().flatten().tolist()
+    out = torch.zeros((n, k), dtype=torch.bool, device=x.device)
+    mx = x.amax(1)
+    prefix, done = None, 0  # prefix = max of classes [0, done)
+    for col in sorted(wanted, key=lambda i: cols[i]):
+        j = cols[col]
+        if j > done:
+            part = x[:, done:j].amax(1)
+            prefix = part if prefix is None else torch.maximum(prefix, part)
+            done = j
+        hit = x[:, j] == mx
+        if prefix is not None:
+            hit &= prefix < mx
+        if ew is not None:
+            hit &= ew[:, col]
+        out[:, col] = hit.any(-1)
+    return out
 
 
 def check_class_options(
@@ -743,11 +848,15 @@ def select_classes(err: type[Exception], num_classes: int, classes: tuple[int, .
 
 def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
                from_logits: bool, ignore_index: int | None, classes: tuple[int, ...] | None,
-               class_weights: tuple[float, ...] | None, need_hard: bool = True) -> ClassRows:
+               class_weights: tuple[float, ...] | None, labels_checked: bool = False,
+               index_labels: bool = False) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
 
-    ``hard`` (the 0/1 predictions, a thresholding or argmax pass) is ``None``
-    unless ``need_hard``.
+    ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),
+    so a one-hot ``scatter`` may build the labels. With ``index_labels`` as well,
+    multiclass class-index targets (all classes, no ``ignore_index``) come back
+    as ``y`` of shape ``(N, 1, M)``, int64, for :func:`_index_counts` (on CUDA
+    only where nondeterministic algorithms are allowed: ``bincount`` is one).
 
     Raises ``err`` when the target's shape (or dtype, for class indices) does
     not fit the mode. Only shapes are checked, so this stays traceable by
@@ -763,8 +872,8 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
         t = target.reshape(n, 1, -1)
         mask = None if ignore_index is None else t != ignore_index
         y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-        hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
-        return ClassRows(s, y, mask, hard, from_logits, None)
+        return ClassRows(s, y, mask, from_logits, None, s.detach(), 0.0 if from_logits else 0.5,
+                         None)
 
     if input.dim() < 2:
         raise err(f"mode={mode!r} needs input of shape (N, C, *) with classes on dim 1, got "
@@ -785,10 +894,8 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
         t = target.reshape(n, c, -1)
         mask = None if ignore_index is None else t != ignore_index
         y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-        hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
-        return ClassRows(pick(s), pick(y), None if mask is None else pick(mask),
-                         None if hard is None else pick(hard),
-                         from_logits, w_t)
+        return ClassRows(pick(s), pick(y), None if mask is None else pick(mask), from_logits, w_t,
+                         pick(s).detach(), 0.0 if from_logits else 0.5, None)
 
     # multiclass
     if c < 2:
@@ -798,9 +905,6 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
     p = torch.softmax(input, dim=1) if from_logits else input
     s = p.reshape(n, c, -1)
     labels = torch.arange(c, device=input.device).view(1, c, 1)
-    # argmax of the logits is the argmax of the softmax; max(1).indices is that argmax
-    # (first maximum on ties, too) but several times faster on CPU than argmax(1).
-    hard = input.detach().max(1).indices.reshape(n, 1, -1) == labels if need_hard else None
     if target.shape == input.shape:
         if ignore_index is not None:
             raise err("ignore_index applies to class-index targets of shape (N, *); with "
@@ -814,13 +918,24 @@ def class_rows(err: type[Exception], input: Tensor, target: Tensor, mode: str,
                       f"tensor, got {target.dtype}; use target.long(), or pass one-hot "
                       f"targets of shape {tuple(input.shape)}")
         t = target.reshape(n, 1, -1)
-        y = (t == labels).to(dtype)
+        if (labels_checked and index_labels and ignore_index is None and chosen is None
+                and (input.device.type == "cpu"
+                     or not torch.are_deterministic_algorithms_enabled())):
+            return ClassRows(s, t.long(), None, False, w_t, input.detach().reshape(n, c, -1),
+                             None, None)
+        if labels_checked and ignore_index is None and not torch.compiler.is_compiling():
+            # one pass instead of a comparison and a conversion (which Inductor fuses)
+            y = torch.zeros_like(s).scatter_(1, t if t.dtype == torch.int64 else t.long(), 1.0)
+        else:
+            y = (t == labels).to(dtype)
         mask = None if ignore_index is None else t != ignore_index
     else:
         raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
                   f"indices) or {tuple(input.shape)} (one-hot or soft), got "
                   f"{tuple(target.shape)}")
-    return ClassRows(pick(s), pick(y), mask, None if hard is None else pick(hard), False, w_t)
+    # argmax of the logits is the argmax of the softmax: presence is decided on the input
+    return ClassRows(pick(s), pick(y), mask, False, w_t, input.detach().reshape(n, c, -1), None,
+                     chosen)
 
 
 def _first_positive(candidates: list[Tensor], dim: int) -> Tensor:
@@ -889,18 +1004,21 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         @staticmethod
         def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
                     amplifier: float, slope: float, offset: float, from_logits: bool,
-                    eps: float, pool: CountPool | None = None) -> Tensor:
+                    eps: float, pool: CountPool | None = None) -> tuple[Tensor, Tensor]:
             # Half and bfloat16 work in float32 (see backward); the gradient returns
             # in the input's dtype.
             in_dtype = s.dtype
             work = _wide(in_dtype)
             if work != in_dtype:
-                s, y = s.to(work), y.to(work)
+                s = s.to(work)
+                y = y.to(work) if y.is_floating_point() else y
                 w = None if w is None else w.to(work)
             # dA/ds is computed here, alongside A(s), and saved: the backward is then
             # one fused multiply (two passes in eager torch) with nothing recomputed.
             a, d, k = _relax_pair(s, relaxation, amplifier, slope, offset, from_logits)
             counts = _counts(a, y, w, overwrite=a is not s)
+            support = counts[0] + counts[2]  # this batch's TP + FN: for the averages
+            ctx.mark_non_differentiable(support)
             if pool is not None:
                 # Global (and remembered) counts: g1, g0 below are then the global partials.
                 counts = pool(counts)
@@ -908,15 +1026,17 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
                              for x in cls.metric_and_coefficients(*counts, eps))
             ctx.save_for_backward(y, w, d, g1, g0)
             ctx.in_dtype = in_dtype
+            ctx.work = work
             ctx.pool = pool
             ctx.scale = sign * k
             loss = 1 - value if cls.higher_is_better else value
             # Half inputs get a float32 loss, as autocast gives torch's own losses:
             # unbounded metrics (odds ratios) pass 65504 at their singular set.
-            return loss.to(_wide(s.dtype))
+            return loss.to(_wide(s.dtype)), support
 
         @staticmethod
-        def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        def backward(ctx: Any, grad: Tensor, _support_grad: Tensor | None = None
+                     ) -> tuple[Tensor | None, ...]:
             y, w, d, g1, g0 = ctx.saved_tensors
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
@@ -926,9 +1046,15 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             # the forward's working dtype (float32 at least): in half, a coefficient of
             # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
             scale = grad.to(g1.dtype) * ctx.scale
-            c1 = (scale * g1).to(y.dtype).unsqueeze(-1)
-            c0 = (scale * g0).to(y.dtype).unsqueeze(-1)
-            grad_s = torch.addcmul(c0, y, c1 - c0)
+            work = ctx.work
+            c1 = (scale * g1).to(work).unsqueeze(-1)
+            c0 = (scale * g0).to(work).unsqueeze(-1)
+            if y.is_floating_point():
+                grad_s = torch.addcmul(c0, y, c1 - c0)
+            else:  # class indices: c0 everywhere, c1 at each element's own class
+                n, m = y.shape[0], y.shape[-1]
+                grad_s = c0.expand(n, -1, m).contiguous()
+                grad_s.scatter_(1, y, c1.reshape(-1)[y])
             if w is not None:
                 grad_s = grad_s.mul_(w)
             if d is not None:
