@@ -40,7 +40,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import torch
@@ -96,18 +96,23 @@ def check_agreement(case: str) -> None:
 
 
 def race(case: str, device: str = "cpu", rounds: int = 20, warmup: int = 3,
-         compiled: bool = True, shape: tuple[int, ...] | None = None,
+         compiled: bool | Collection[str] = True, shape: tuple[int, ...] | None = None,
          clock: Callable[[], float] = time.perf_counter) -> dict:
-    """Time and memory of every row of ``case``; returns per-round samples and peaks."""
+    """Time and memory of every row of ``case``; returns per-round samples and peaks.
+
+    ``compiled``: add a ``torch.compile`` twin of every row (``True``), of none, or of the
+    rows named.
+    """
     mode = peers.CASES[case][1]
     base = peers.rows(mode)
     losses: dict[str, Loss] = {r.name: r.loss for r in base}
     info = {r.name: r for r in base}
-    if compiled:
+    twins = [r for r in base if compiled is True or (compiled and r.name in compiled)]
+    if twins:
         # All metricc losses share MetricLoss.forward; Dynamo counts every loss class and
         # shape as a recompilation of it, and past its limit (8) would silently run eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        for r in base:
+        for r in twins:
             losses[f"{r.name} compiled"] = torch.compile(r.loss, dynamic=False)
     gen = torch.Generator().manual_seed(0)
     x, y = peers.make_batch(case, gen, device=device, shape=shape)
@@ -149,7 +154,7 @@ def race(case: str, device: str = "cpu", rounds: int = 20, warmup: int = 3,
             peaks[name] = float(quiet_peak_bytes(lambda loss=loss: loss(x, y).backward()))
     x.grad = None
     return {"case": case, "shape": tuple(x.shape), "samples": samples, "peaks": peaks,
-            "info": info, "compiled": compiled, "compile_s": compile_s}
+            "info": info, "compiled": bool(twins), "compile_s": compile_s}
 
 
 def _ratio(res: dict, a: str, b: str) -> float:
@@ -167,8 +172,9 @@ def targets(res: dict) -> list[list[str]]:
         for name, row in info.items():
             if row.library != "metricc":
                 continue
-            rivals = [p for p, r in info.items() if r.library != "metricc" and r.metric == row.metric]
-            if not rivals:
+            rivals = [p for p, r in info.items() if r.library != "metricc" and r.metric == row.metric
+                      and p + suffix in s]
+            if not rivals or name + suffix not in s:
                 continue
             fastest = min(rivals, key=lambda p: statistics.median(s[p + suffix]))
             default = row.relaxation != "linear"
@@ -177,6 +183,25 @@ def targets(res: dict) -> list[list[str]]:
             out.append([res["case"], "compiled" if suffix else "eager", name, f"÷ {fastest}",
                         f"<= {limit}", f"{r:.2f}", "met" if r <= limit else "NOT met"])
     return out
+
+
+def compact_report(results: list[dict], device: str) -> bool:
+    """One table of every row (median ms, peak MB), then the targets; True when all are met."""
+    table = []
+    for res in results:
+        s, peaks = res["samples"], res["peaks"]
+        for name in res["info"]:
+            c = name + " compiled"
+            table.append([res["case"], name, f"{statistics.median(s[name]) * 1e3:.3f}",
+                          f"{peaks[name] / 2**20:.1f}",
+                          f"{statistics.median(s[c]) * 1e3:.3f}" if c in s else "-",
+                          f"{peaks[c] / 2**20:.1f}" if c in s else "-"])
+    print(f"### Peers on {device}: forward+backward, median ms and peak extra MB\n")
+    print_table(["case", "loss", "eager ms", "MB", "compiled ms", "MB"], table)
+    rows = [t for res in results for t in targets(res)]
+    if rows:
+        print_table(["case", "", "metricc", "fastest peer", "limit", "ratio", "verdict"], rows)
+    return all(t[-1] == "met" for t in rows)
 
 
 def report(results: list[dict], device: str) -> bool:
@@ -194,7 +219,8 @@ def report(results: list[dict], device: str) -> bool:
             line = [name, f"{statistics.median(s[name]) * 1e3:.2f}", f"{peaks[name] / 2**20:.1f}"]
             if comp:
                 c = name + " compiled"
-                line += [f"{statistics.median(s[c]) * 1e3:.2f}", f"{peaks[c] / 2**20:.1f}"]
+                line += ([f"{statistics.median(s[c]) * 1e3:.2f}", f"{peaks[c] / 2**20:.1f}"]
+                         if c in s else ["-", "-"])
             table.append(line)
         print_table(header, table)
         print("Ratios, median over rounds of the per-round ratio (compiled rows against the "
@@ -208,7 +234,8 @@ def report(results: list[dict], device: str) -> bool:
                     continue
                 line = [name, f"÷ {peer}", f"{_ratio(res, name, peer):.2f}"]
                 if comp:
-                    line.append(f"{_ratio(res, name + ' compiled', peer + ' compiled'):.2f}")
+                    a, b = name + " compiled", peer + " compiled"
+                    line.append(f"{_ratio(res, a, b):.2f}" if a in s and b in s else "-")
                 ratio_rows.append(line)
         if ratio_rows:
             print_table(["metricc", "peer", "eager"] + (["compiled"] if comp else []), ratio_rows)
