@@ -22,6 +22,8 @@ class NamedMetric:
     description: str
     higher_is_better: bool = True
     params: Mapping[str, float] = field(default_factory=dict)
+    #: parameter -> (lowest allowed value, why): compile refuses values below it.
+    bounds: Mapping[str, tuple[float, str]] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     sklearn: str | None = None
 
@@ -54,14 +56,18 @@ _ALL = [
                 aliases=("f1_score",), sklearn="f1_score"),
     NamedMetric("fbeta", "(1+beta^2)*TP/((1+beta^2)*TP + beta^2*FN + FP)",
                 "F-beta: recall weighted beta times as much as precision",
-                params={"beta": 1.0}, sklearn="fbeta_score(beta=beta)"),
+                params={"beta": 1.0}, sklearn="fbeta_score(beta=beta)",
+                bounds={"beta": (0.0, "recall is weighted beta times as much as precision, and the "
+                                      "formula's beta^2 would silently turn -2 into 2")}),
     NamedMetric("jaccard", "TP/(TP+FP+FN)", "intersection over union",
                 aliases=("iou", "threat_score", "csi"), sklearn="jaccard_score"),
     NamedMetric("dice", "2*TP/(2*TP+FP+FN)", "Dice coefficient (equal to F1 on binary labels)",
                 aliases=("sorensen_dice",), sklearn="f1_score"),
     NamedMetric("tversky", "TP/(TP + alpha*FP + beta*FN)",
                 "Tversky index: alpha weighs false positives, beta false negatives",
-                params={"alpha": 0.5, "beta": 0.5}, sklearn="f1_score (alpha = beta = 0.5)"),
+                params={"alpha": 0.5, "beta": 0.5}, sklearn="f1_score (alpha = beta = 0.5)",
+                bounds={"alpha": (0.0, "a negative weight rewards false positives"),
+                        "beta": (0.0, "a negative weight rewards false negatives")}),
     NamedMetric("mcc", "(TP*TN - FP*FN)/sqrt((TP+FP)*(TP+FN)*(TN+FP)*(TN+FN))",
                 "Matthews correlation coefficient", aliases=("phi", "matthews"),
                 sklearn="matthews_corrcoef"),

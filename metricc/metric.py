@@ -24,11 +24,14 @@ from .parse import (
     parse,
     substitute,
     suggest,
+    suggest_all,
 )
 
 if TYPE_CHECKING:
 
     from .runtime import MetricLoss
+    from .stateful import StatefulMetric
+    from .threshold import ThresholdChoice
     from .verify import VerificationReport
 
 # emit (through SymPy's TorchPrinter) imports torch: it is imported where kernels
@@ -227,6 +230,58 @@ class Metric:
         tn = (~hard & ~yt).sum(dtype=f64)
         return float(self.value(tp, fp, fn, tn, zero_division=zero_division))
 
+    def metric(self, *, mode: str = "binary", num_classes: int | None = None,
+               threshold: float = 0.5, from_logits: bool = False, average: str = "macro",
+               multidim_average: str = "global", ignore_index: int | None = None,
+               classes: Any = None, class_weights: Any = None,
+               zero_division: float | None = 0.0, absent_classes: str = "torchmetrics",
+               validate_args: bool = True, **kwargs: Any) -> StatefulMetric:
+        """A ``torchmetrics.Metric`` of this formula on hard labels, exact over batches and ranks.
+
+        Its states are the confusion counts of each class, summed over
+        ``update()`` calls and (by torchmetrics' sync) over ranks; ``compute()``
+        evaluates the formula on them. ``mode``, ``average`` (``micro``,
+        ``macro``, ``weighted``, ``none``), ``multidim_average`` (``global``,
+        ``samplewise``), ``ignore_index``, ``classes`` and ``class_weights``
+        act as in :meth:`loss` and :meth:`score`; ``num_classes`` (the size of
+        dim 1) is required for ``multiclass`` and ``multilabel``. Predictions
+        are ``preds >= threshold`` (after a sigmoid when ``from_logits``) or
+        the argmax over classes (``multiclass``). ``zero_division`` is the
+        value of a confusion matrix where the formula is undefined (``0/0``):
+        ``0`` like torchmetrics and scikit-learn, ``float('nan')``, or ``None``
+        to raise. ``absent_classes`` decides whether ``macro`` averages count a
+        class with no target and no prediction: ``"torchmetrics"`` (skip it
+        in multiclass, score it ``zero_division`` in multilabel),
+        ``"skip"`` (metricc's loss and score rule, docs/modes.md) or
+        ``"include"``. Other keyword arguments go to ``torchmetrics.Metric``
+        (``sync_on_compute``, ``process_group``, ...). Needs ``torchmetrics``;
+        see docs/stateful.md.
+
+        >>> import torch, metricc
+        >>> iou = metricc.compile("jaccard").metric(mode="multiclass", num_classes=3)
+        >>> iou.update(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 2, 2, 1]))
+        >>> round(float(iou.compute()), 4)   # (1 + 0 + 1/3) / 3
+        0.4444
+        """
+        try:
+            from .stateful import StatefulMetric
+        except ImportError as e:
+            raise MetricError(f"Metric.metric() needs torchmetrics ({e}); install it with "
+                              "pip install 'metricc[torchmetrics]'") from None
+        return StatefulMetric(
+            self, mode=mode, num_classes=num_classes, threshold=threshold,
+            from_logits=from_logits, average=average, multidim_average=multidim_average,
+            ignore_index=ignore_index, classes=classes, class_weights=class_weights,
+            zero_division=zero_division, absent_classes=absent_classes,
+            validate_args=validate_args, **kwargs)
+
+    def best_threshold(self, scores: Any, target: Any, *,
+                       zero_division: float | None = None) -> ThresholdChoice:
+        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`."""
+        from .threshold import best_threshold
+
+        return best_threshold(self, scores, target, zero_division=zero_division)
+
     def _kernel(self, name: str) -> Any:
         return getattr(self.loss_class, name)
 
@@ -373,6 +428,18 @@ def compile(formula: str, *, higher_is_better: bool | None = None, **params: flo
         raise MetricError(f"parameters must be numbers: {e}") from None
 
 
+def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None:
+    """Refuse a named metric's parameter outside its range (``fbeta`` with ``beta < 0``)."""
+    for metric_name in parsed.metrics:
+        metric = lookup(metric_name)
+        assert metric is not None
+        for param, (low, why) in metric.bounds.items():
+            value = given.get(param)
+            if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
+                    and value < low:
+                raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
+
+
 @lru_cache(maxsize=256)
 def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
                     param_items: tuple[tuple[str, float], ...]) -> Metric:
@@ -384,13 +451,14 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         given = {**parsed.defaults, **params}
         extra = [k for k in params if k not in parsed.parameters]
         if extra:
-            hint = "".join(suggest(k, list(parsed.parameters)) for k in extra)
+            hint = suggest_all(extra, list(parsed.parameters))
             known = ", ".join(parsed.parameters) or "none"
-            raise MetricError(f"unknown parameter {', '.join(map(repr, extra))}{hint}; "
+            raise MetricError(f"unknown parameter{'s' if len(extra) > 1 else ''} "
+                              f"{', '.join(map(repr, extra))}{hint}; "
                               f"this formula's parameters: {known}")
         missing = [p for p in parsed.parameters if p not in given]
         if missing:
-            hints = "".join(suggest(p, known_names()) for p in missing)
+            hints = suggest_all(missing, known_names())
             raise MissingParameterError(
                 f"formula has parameter{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(missing)} with no value{hints}; pass "
@@ -398,6 +466,7 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
                 + " to metricc.compile, or fix the name if it is a typo",
                 missing,
             )
+        _check_parameter_ranges(parsed, given)
         direction = higher_is_better
         if direction is None:
             direction = named.higher_is_better if named else True

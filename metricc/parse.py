@@ -36,6 +36,7 @@ __all__ = [
     "parse",
     "substitute",
     "suggest",
+    "suggest_all",
 ]
 
 #: The four counts of the confusion matrix, as SymPy symbols (no assumptions,
@@ -169,6 +170,8 @@ class Formula:
     parameters: tuple[str, ...]
     defaults: dict[str, float] = field(default_factory=dict)
     bindings: dict[str, sympy.Expr] = field(default_factory=dict)
+    #: The named metrics the formula is or uses (their parameters' ranges apply).
+    metrics: tuple[str, ...] = ()
 
 
 def grammar_text() -> str:
@@ -180,15 +183,37 @@ def grammar_text() -> str:
     return checkout.read_text(encoding="utf-8")
 
 
-def suggest(name: str, candidates: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for a likely typo, else the empty string."""
+def _close_names(name: str, candidates: list[str]) -> list[str]:
+    """The candidates ``name`` is a likely typo of: a case slip first, else up to three close ones."""
     lowered = {c.lower(): c for c in candidates}
     if name.lower() in lowered and lowered[name.lower()] != name:
-        return f" (did you mean '{lowered[name.lower()]}'?)"
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+        return [lowered[name.lower()]]
+    return difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+
+
+def suggest(name: str, candidates: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for a likely typo, else the empty string."""
+    close = _close_names(name, candidates)
     if not close:
         return ""
     return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
+
+
+def suggest_all(names: list[str], candidates: list[str]) -> str:
+    """One note for several likely typos: `` (did you mean 'FP' for 'fp', 'TP' for 'tp'?)``.
+
+    >>> suggest_all(["fp", "tp"], ["TP", "FP", "FN", "TN"])
+    " (did you mean 'FP' for 'fp', 'TP' for 'tp'?)"
+    >>> suggest_all(["tp"], ["TP"])
+    " (did you mean 'TP'?)"
+    """
+    found = [(n, close) for n in names if (close := _close_names(n, candidates))]
+    if not found:
+        return ""
+    if len(names) == 1:
+        return suggest(names[0], candidates)
+    parts = [" or ".join(f"'{c}'" for c in close) + f" for '{n}'" for n, close in found]
+    return " (did you mean " + ", ".join(parts) + "?)"
 
 
 def known_names() -> list[str]:
@@ -351,6 +376,32 @@ def _describe(tok: Token) -> str:
     return f"'{tok}'"
 
 
+def _keyword_hint(text: str, at: int) -> str:
+    """The note for a misplaced ``=``: a keyword argument ``fbeta(beta=2)`` or a binding."""
+    call = re.search(r"([A-Za-z][A-Za-z0-9_]*)\s*\(([^()]*)$", text[:at])
+    if call is None:
+        return " (a binding is `name = expression` on its own line)"
+    fname = call.group(1)
+    inside = call.group(2) + text[at:].split(")", 1)[0]
+    pairs = re.findall(r"([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^,()\n;]*)", inside)
+    args = ", ".join(f"{k}={v.strip() or '<number>'}" for k, v in pairs)
+    flags = " ".join(f"--param {k}={v.strip() or '<number>'}" for k, v in pairs)
+    target = f'"{fname}"' if lookup(fname) is not None else '"<formula>"'
+    return (" (formulas take no keyword arguments; give parameter values to compile: "
+            f"metricc.compile({target}, {args}), or {flags} on the command line)")
+
+
+def _implicit_product_hint(text: str, tok: Token) -> str:
+    """`` (multiplication needs '*': write 2*TP)`` where a number or ``)`` directly precedes."""
+    before = text[: tok.start_pos or 0].rstrip(" \t")
+    left = re.search(r"(\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+|\))$", before)
+    if left is None:
+        return ""
+    shown = left.group(1) if left.group(1) != ")" else "(...)"
+    right = str(tok) if tok.type == "NAME" else "(...)"
+    return f" (multiplication needs '*': write {shown}*{right})"
+
+
 def _syntax_tree(text: str, pos: _Position) -> list[Any]:
     parser = _parser_for(pos)
     try:
@@ -391,7 +442,9 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
             msg = (f"unexpected {_describe(tok)}: a formula is one expression, on its last line; "
                    "earlier lines must be bindings `name = expression`")
         if tok.type == "EQUAL":
-            msg += " (a binding is `name = expression` on its own line)"
+            msg += _keyword_hint(text, tok.start_pos or 0)
+        elif tok.type in ("NAME", "LPAR"):
+            msg += _implicit_product_hint(text, tok)
         raise MetricSyntaxError(msg, text, tok.line or 1, tok.column or 1) from None
     except lark.exceptions.UnexpectedInput as e:  # UnexpectedEOF and friends
         raise MetricSyntaxError("could not parse formula", text, getattr(e, "line", 1) or 1,
@@ -452,6 +505,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
     later = {str(tok): tok for tok, _ in bindings}
     params: set[str] = set()
     defaults: dict[str, float] = {}
+    metrics: list[str] = []
 
     def resolve(expr: sympy.Expr, upcoming: set[str]) -> sympy.Expr:
         subs: dict[sympy.Symbol, sympy.Expr] = {}
@@ -462,11 +516,15 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
             elif name in COUNTS:
                 subs[sym] = COUNTS[name]
             elif name in DERIVED:
+                # A total not (yet) rebound is the built-in one, as a Python name is
+                # the builtin until a local assignment shadows it.
                 subs[sym] = DERIVED[name]
             elif name in upcoming:
                 raise pos.error(f"'{name}' is used before it is defined", pos.first_use[name])
             elif (metric := lookup(name)) is not None:
                 inner = _library_formula(metric.name)
+                if metric.name not in metrics:
+                    metrics.append(metric.name)
                 subs[sym] = inner.expr
                 for k, v in inner.defaults.items():
                     defaults.setdefault(k, v)
@@ -479,8 +537,11 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
     remaining = set(later)
     for tok, expr in bindings:
         name = str(tok)
-        if name in COUNTS or name in DERIVED:
-            raise pos.error(f"'{name}' is a built-in count and cannot be redefined", tok)
+        # Only the four counts are reserved: a binding of a total (P N PP PN n), such as
+        # `n = TP + FP + FN + TN` in Cohen's kappa, shadows the built-in from then on.
+        if name in COUNTS:
+            raise pos.error(f"'{name}' is one of the four counts (TP, FP, FN, TN) and cannot be "
+                            "redefined; choose another name", tok)
         if name in FUNCTIONS:
             raise pos.error(f"'{name}' is a function and cannot be redefined", tok)
         if name in defined:
@@ -498,6 +559,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
         parameters=tuple(sorted(params)),
         defaults=defaults,
         bindings=dict(defined),
+        metrics=tuple(metrics),
     )
 
 
@@ -506,7 +568,7 @@ def _library_formula(name: str) -> Formula:
     metric = lookup(name)
     assert metric is not None
     f = parse(metric.formula)
-    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {})
+    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {}, (metric.name,))
 
 
 def resolve_name(text: str) -> str | None:
