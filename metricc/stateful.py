@@ -19,7 +19,7 @@ formula's generated value function and the averaging rules. Needs the optional
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,10 +27,12 @@ from torchmetrics import Metric as _TorchMetric
 from torchmetrics.utilities.data import dim_zero_cat
 
 from .errors import MetricError
-from .runtime import MULTIDIM_AVERAGES, check_class_options, class_average_weights, select_classes
+from .runtime.modes import class_average_weights
+from .runtime.options import MULTIDIM_AVERAGES, check_class_options, select_classes
+from .score import _multiclass, _multilabel
 
-if TYPE_CHECKING:
-    from .metric import Metric
+#: A compiled :class:`metricc.Metric`; not imported, as metric.py imports this module.
+Metric = Any
 
 __all__ = ["ABSENT_CLASSES", "StatefulMetric"]
 
@@ -61,7 +63,7 @@ class StatefulMetric(_TorchMetric):
                  validate_args: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         err = MetricError
-        ignore_index, cl, cw = check_class_options(err, mode, average, ignore_index, classes,
+        ignore_index, cl, cw = check_class_options(mode, average, ignore_index, classes,
                                                    class_weights)
         if multidim_average not in MULTIDIM_AVERAGES:
             raise err(f"multidim_average={multidim_average!r} is not one of "
@@ -92,16 +94,14 @@ class StatefulMetric(_TorchMetric):
                     num_classes < (2 if mode == "multiclass" else 1):
                 raise err(f"num_classes must be an integer >= {2 if mode == 'multiclass' else 1} "
                           f"for mode={mode!r}, got {num_classes!r}")
-        chosen, weights = select_classes(err, num_classes, cl, cw)
+        chosen, weights = select_classes(num_classes, cl, cw)
         self.formula = metric.text.strip()
         # torchmetrics makes higher_is_better a read-only class constant; here it is the
         # formula's, fixed at construction (MetricTracker and checkpoint callbacks read it).
         object.__setattr__(self, "higher_is_better", metric.higher_is_better)
-        # The compiled metric is rebuilt from these on demand (compile() is cached): it holds a
-        # generated class, which pickle cannot store (Lightning pickles metrics for spawn/DDP).
-        self._spec = (metric.text, tuple(sorted(metric.parameters.items())),
-                      metric.higher_is_better)
-        self._compiled: Metric | None = metric
+        # Pickled as its formula (Metric.__reduce__) and compiled again where it lands:
+        # Lightning pickles metrics for spawn/DDP.
+        self._compiled: Metric = metric
         self.mode = mode
         self.num_classes = num_classes
         self.threshold = float(threshold)
@@ -121,20 +121,9 @@ class StatefulMetric(_TorchMetric):
             else:
                 self.add_state(name, [], dist_reduce_fx="cat")
 
-    # --- pickling -------------------------------------------------------------------------
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_compiled"] = None
-        return state
-
     @property
     def compiled(self) -> Metric:
         """The :class:`metricc.Metric` whose formula this metric evaluates."""
-        if self._compiled is None:
-            from .metric import compile as _compile
-
-            text, params, hib = self._spec
-            self._compiled = _compile(text, higher_is_better=hib, **dict(params))
         return self._compiled
 
     def extra_repr(self) -> str:
@@ -168,8 +157,6 @@ class StatefulMetric(_TorchMetric):
 
     def _format(self, preds: Any, target: Any) -> tuple[Tensor, Tensor, Tensor]:
         """``(hard, y, mask)``: 0/1 predictions and labels ``(N, K, *)``, kept elements."""
-        from .modes import _multiclass, _multilabel
-
         err = MetricError
         if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
             raise err(f"preds and target must be tensors, got {type(preds).__name__} and "
