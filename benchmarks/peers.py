@@ -70,7 +70,7 @@ class Row:
 def _quiet_import(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(name)
-    except ImportError:
+    except Exception:  # not installed, or broken against this torch: leave the peer out
         return None
 
 
@@ -90,7 +90,7 @@ def smp_losses() -> ModuleType | None:
     mod = None
     try:
         mod = importlib.import_module("segmentation_models_pytorch.losses")
-    except ImportError:
+    except Exception:  # ImportError without torchvision/timm; anything else: the same way
         spec = importlib.util.find_spec("segmentation_models_pytorch")
         if spec is not None and spec.origin is not None:
             init = Path(spec.origin).parent / "losses" / "__init__.py"
@@ -102,7 +102,7 @@ def smp_losses() -> ModuleType | None:
                 sys.modules[name] = mod
                 try:
                     lspec.loader.exec_module(mod)
-                except ImportError:
+                except Exception:
                     del sys.modules[name]
                     mod = None
     _SMP.append(mod)

@@ -236,10 +236,14 @@ class MetricLoss(torch.nn.Module):
         # Micro over the whole batch is one row, its own average: presence is not needed.
         single = average == "micro" and not samplewise
         eager = not torch.compiler.is_compiling()
+        # The eager shortcuts below branch on data (a host sync each) and use bincount
+        # (which syncs on CUDA): on the CPU they are free; on a GPU, where kernel launches
+        # and syncs dominate at these sizes, the branch-free forms are faster.
+        host = eager and input.device.type == "cpu"
         r = class_rows(input, target, self.mode, self.from_logits, self.ignore_index,
                        self.classes, self.class_weights,
                        labels_checked=self.validate_args and eager,
-                       index_labels=(eager and self.backward_mode == "symbolic"
+                       index_labels=(host and self.backward_mode == "symbolic"
                                      and not samplewise and average != "micro"))
         n, k, m = r.s.shape
         w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
@@ -268,9 +272,9 @@ class MetricLoss(torch.nn.Module):
             support_nk = support.view(n, 1).expand(n, k)
         else:
             support_nk = support.view(n, k)
-        # A row's hard predictions matter only where it has no support; in eager mode,
-        # where a data-dependent branch is free, they are found only for those rows.
-        need = (support_nk == 0) if eager else None
+        # A row's hard predictions matter only where it has no support; on the CPU in
+        # eager mode, where a data-dependent branch is free, only those are computed.
+        need = (support_nk == 0) if host else None
         hit = predicted(r, need, element_weights=w if average == "micro" else r.mask)
         if not samplewise:
             hit = hit.any(0)

@@ -126,10 +126,10 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
 
     ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),
-    so a one-hot ``scatter`` may build the labels. With ``index_labels`` as well,
-    multiclass class-index targets (all classes, no ``ignore_index``) come back
-    as ``y`` of shape ``(N, 1, M)``, int64 (on CUDA only where nondeterministic
-    algorithms are allowed: ``bincount`` is one). Raises :class:`MetricError` when the target's shape (or
+    so a one-hot ``scatter`` may build the labels. With ``index_labels`` as well
+    (the loss asks for it on the CPU only), multiclass class-index targets (all
+    classes, no ``ignore_index``) come back as ``y`` of shape ``(N, 1, M)``, int64.
+    Raises :class:`MetricError` when the target's shape (or
     dtype, for class indices) does not fit the mode. Only shapes are checked,
     so this stays traceable by ``torch.compile``; label values are not inspected.
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
@@ -147,9 +147,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if mode == "multilabel":
         r = _multilabel_format(input, target, from_logits, ignore_index)
     else:
-        allow = (labels_checked and index_labels and chosen is None
-                 and (input.device.type == "cpu"
-                      or not torch.are_deterministic_algorithms_enabled()))
+        allow = labels_checked and index_labels and chosen is None
         r = _multiclass_format(input, target, from_logits, ignore_index, labels_checked, allow)
 
     def pick(t: Tensor | None) -> Tensor | None:
