@@ -241,7 +241,7 @@ class MetricLoss(torch.nn.Module):
         # and syncs dominate at these sizes, the branch-free forms are faster.
         host = eager and input.device.type == "cpu"
         r = class_rows(input, target, self.mode, self.from_logits, self.ignore_index,
-                       self.classes, self.class_weights,
+                       self.classes, self.class_weights, need_hard=False,
                        labels_checked=self.validate_args and eager,
                        index_labels=(host and self.backward_mode == "symbolic"
                                      and not samplewise and average != "micro"))

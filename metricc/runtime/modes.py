@@ -32,11 +32,14 @@ class ClassRows(NamedTuple):
     is taken from ``scores`` (detached): ``scores >= threshold`` for binary and
     multilabel (``(N, K, M)``), the argmax over dim 1 of ``(N, C, M)`` (all ``C``
     classes, of which ``chosen`` are selected; ``None``: all) for multiclass.
+    ``hard`` is that 0/1 prediction itself, ``(N, K, M)``, when asked for
+    (``need_hard``: the hard-label score uses it; the loss needs only presence).
     """
 
     s: Tensor
     y: Tensor
     mask: Tensor | None
+    hard: Tensor | None
     from_logits: bool
     weights: Tensor | None
     scores: Tensor
@@ -121,9 +124,15 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
 
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                ignore_index: int | None, classes: tuple[int, ...] | None,
-               class_weights: tuple[float, ...] | None, labels_checked: bool = False,
+               class_weights: tuple[float, ...] | None, need_hard: bool = True,
+               threshold: float = 0.5, labels_checked: bool = False,
                index_labels: bool = False) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
+
+    ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits
+    ``>= 0``, or the argmax in multiclass mode) is ``None`` unless ``need_hard``.
+    The loss and the hard-label score (``metricc.score``) both lay out their
+    batches here.
 
     ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),
     so a one-hot ``scatter`` may build the labels. With ``index_labels`` as well
@@ -135,7 +144,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
     """
     if mode == "binary":
-        return _binary_format(input, target, from_logits, ignore_index)
+        return _binary_format(input, target, from_logits, ignore_index, need_hard, threshold)
     if input.dim() < 2:
         raise MetricError(f"mode={mode!r} needs input of shape (N, C, *) with classes on dim 1, "
                           f"got {tuple(input.shape)}; for one class per element use "
@@ -145,32 +154,34 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                                                      device=input.device)
     idx = None if chosen is None else torch.tensor(chosen, device=input.device)
     if mode == "multilabel":
-        r = _multilabel_format(input, target, from_logits, ignore_index)
+        r = _multilabel_format(input, target, from_logits, ignore_index, need_hard, threshold)
     else:
         allow = labels_checked and index_labels and chosen is None
-        r = _multiclass_format(input, target, from_logits, ignore_index, labels_checked, allow)
+        r = _multiclass_format(input, target, from_logits, ignore_index, need_hard,
+                               labels_checked, allow)
 
     def pick(t: Tensor | None) -> Tensor | None:
         return t if t is None or idx is None or t.shape[1] == 1 else t.index_select(1, idx)
 
     if mode == "multilabel":  # thresholded per class: the selected classes' scores
-        return ClassRows(pick(r.s), pick(r.y), pick(r.mask), r.from_logits, w_t,
+        return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t,
                          pick(r.scores), r.threshold, None)
     # argmax over every class: all C scores, and which of them are selected
-    return ClassRows(pick(r.s), pick(r.y), pick(r.mask), r.from_logits, w_t, r.scores, None,
-                     chosen)
+    return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t,
+                     r.scores, None, chosen)
 
 
-def _binary_validate(input: Tensor, target: Tensor) -> None:
+def _binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("input", "target"),
+                     hint: str = " (forward takes (input, target), predictions first)") -> None:
     """Binary inputs and targets are elementwise pairs: the same shape."""
     if input.shape != target.shape:
-        raise MetricError(f"input and target must have the same shape, got "
-                          f"{tuple(input.shape)} and {tuple(target.shape)} (forward takes "
-                          "(input, target), predictions first)")
+        raise MetricError(f"{names[0]} and {names[1]} must have the same shape, got "
+                          f"{tuple(input.shape)} and {tuple(target.shape)}{hint}")
 
 
 def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
-                   ignore_index: int | None) -> ClassRows:
+                   ignore_index: int | None, need_hard: bool = True, threshold: float = 0.5
+                   ) -> ClassRows:
     """``(N, 1, M)`` rows of one class; ``mask`` is False where the target is ignored."""
     dtype = input.dtype
     n = input.shape[0] if input.dim() > 0 else 1
@@ -178,12 +189,14 @@ def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
     t = target.reshape(n, 1, -1)
     mask = None if ignore_index is None else t != ignore_index
     y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-    return ClassRows(s, y, mask, from_logits, None, s.detach(), 0.0 if from_logits else 0.5,
-                     None)
+    cut = 0.0 if from_logits else threshold
+    hard = s >= cut if need_hard else None
+    return ClassRows(s, y, mask, hard, from_logits, None, s.detach(), cut, None)
 
 
 def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
-                       ignore_index: int | None) -> ClassRows:
+                       ignore_index: int | None, need_hard: bool = True, threshold: float = 0.5
+                       ) -> ClassRows:
     """``(N, C, M)`` rows, one independent 0/1 label per class and element."""
     err = MetricError
     dtype = input.dtype
@@ -195,13 +208,14 @@ def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
     t = target.reshape(n, c, -1)
     mask = None if ignore_index is None else t != ignore_index
     y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-    return ClassRows(s, y, mask, from_logits, None, s.detach(), 0.0 if from_logits else 0.5,
-                     None)
+    cut = 0.0 if from_logits else threshold
+    hard = s >= cut if need_hard else None
+    return ClassRows(s, y, mask, hard, from_logits, None, s.detach(), cut, None)
 
 
 def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
-                       ignore_index: int | None, labels_checked: bool = False,
-                       index_labels: bool = False) -> ClassRows:
+                       ignore_index: int | None, need_hard: bool = True,
+                       labels_checked: bool = False, index_labels: bool = False) -> ClassRows:
     """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
 
     Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
@@ -220,6 +234,9 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
     labels = torch.arange(c, device=input.device).view(1, c, 1)
     # argmax of the logits is the argmax of the softmax: presence is decided on the input
     scores = input.detach().reshape(n, c, -1)
+    # max(1).indices is that argmax (first maximum on ties, too) but several times faster
+    # on CPU than argmax(1); the loss does without it (see predicted)
+    hard = scores.max(1).indices.unsqueeze(1) == labels if need_hard else None
     if target.shape == input.shape:
         if ignore_index is not None:
             raise err("ignore_index applies to class-index targets of shape (N, *); with "
@@ -234,7 +251,7 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                       f"targets of shape {tuple(input.shape)}")
         t = target.reshape(n, 1, -1)
         if ignore_index is None and index_labels:
-            return ClassRows(s, t.long(), None, False, None, scores, None, None)
+            return ClassRows(s, t.long(), None, hard, False, None, scores, None, None)
         if labels_checked and ignore_index is None and not torch.compiler.is_compiling():
             # one pass instead of a comparison and a conversion (which Inductor fuses)
             y = torch.zeros_like(s).scatter_(1, t if t.dtype == torch.int64 else t.long(), 1.0)
@@ -245,7 +262,7 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
         raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
                   f"indices) or {tuple(input.shape)} (one-hot or soft), got "
                   f"{tuple(target.shape)}")
-    return ClassRows(s, y, mask, False, None, scores, None, None)
+    return ClassRows(s, y, mask, hard, False, None, scores, None, None)
 
 
 def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None) -> Tensor:
