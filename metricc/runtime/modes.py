@@ -270,11 +270,11 @@ def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None)
 
     Counted elements are those with a positive ``element_weights`` (``(N, 1 or K, M)``,
     or ``None`` for all). Exact where ``need`` (``(N, K)`` bool) is true; elsewhere
-    exact or False. ``need=None`` (under ``torch.compile``) computes every entry
-    without data-dependent branches.
+    exact or False. ``need=None`` (under ``torch.compile``, and on CUDA) computes
+    every entry without data-dependent branches.
 
     Multiclass presence is the costly part: ``max(1).indices`` on CPU is ~40x slower
-    than ``amax(1)``. In eager mode only the classes that need it are looked at, one
+    than ``amax(1)``. Given ``need``, only the classes that need it are looked at, one
     by one: class ``j`` is the first maximum at an element iff it equals the maximum
     there and every class before it is below it (a running prefix ``amax``), which is
     the argmax rule (first maximum on ties) without an argmax.
