@@ -22,7 +22,6 @@ def soft_counts(a: Tensor, y: Tensor, w: Tensor | None, soft_label: bool = False
     ``TP = sum(w y a)``, ``FN = sum(w y) - TP``, ``FP = sum(w a) - TP``,
     ``TN = sum(w) - sum(w y) - FP``: three reductions instead of four products,
     each summed pairwise in float32 (or wider), then combined in float64.
-    ``soft_label=True`` takes the overlap ``TP = sum(w min(a, y))`` instead (:func:`_counts`).
 
     >>> a = torch.tensor([[0.9, 0.2, 0.6]]); y = torch.tensor([[1.0, 0.0, 0.0]])
     >>> [round(float(c), 4) for c in soft_counts(a, y, None)]
@@ -35,11 +34,16 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool, soft_label:
             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``.
 
+    ``y`` may also be ``(N, 1, M)`` integer class indices for ``(N, C, M)`` rows (see
+    :func:`_index_counts`).
+
     ``soft_label``: ``TP = sum(w min(a, y)) = (|a| + |y| - |a - y|) / 2``, hence
     ``FP = sum(w (a - y)+)``, ``FN = sum(w (y - a)+)``, ``TN = sum(w (1 - max(a, y)))``
     (Wang & Blaschko 2023): no FP or FN mass at ``a = y``. On 0/1 labels it is
     ``sum(w a y)``. ``a`` is then left as it is (the backward needs it).
     """
+    if not y.is_floating_point():
+        return _index_counts(a, y)
     acc = _sum_dtype(a)
     dims = (0, 2) if a.dim() == 3 else -1
     if soft_label:
@@ -82,6 +86,31 @@ def overlap_share(a: Tensor, y: Tensor, g1: Tensor, g0: Tensor) -> Tensor:
     safe = torch.where(diff != 0, diff, torch.ones_like(diff))
     tie = torch.where(diff != 0, -g0.unsqueeze(-1) / safe, 0.5).clamp(0.0, 1.0).to(a.dtype)
     return torch.where(a < y, 1.0, torch.where(a > y, 0.0, tie)).to(a.dtype)
+
+
+def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`soft_counts` of ``(N, C, M)`` rows against class indices ``y`` (``(N, 1, M)``).
+
+    The one-hot labels are never built: ``TP`` of class ``c`` sums ``a`` at the
+    elements labelled ``c`` (one gather and a float64 ``bincount`` over ``N M``
+    elements instead of a product and a sum over ``N C M``), and the support is a
+    ``bincount`` of the labels. ``TP`` is summed in float64 and ``sum(a)`` pairwise in
+    float32, so ``FP = sum(a) - TP`` can come out a rounding error below 0 where it is
+    0: ``FP`` and ``TN`` are clamped at 0.
+
+    >>> a = torch.tensor([[[0.5, 0.25], [0.5, 0.75]]])  # (N, C, M) = (1, 2, 2)
+    >>> [c.tolist() for c in _index_counts(a, torch.tensor([[[0, 1]]]))]
+    [[0.5, 0.75], [0.25, 0.5], [0.5, 0.25], [0.75, 0.5]]
+    """
+    c = a.shape[1]
+    flat = y.reshape(-1)
+    pp = a.sum((0, 2), dtype=_sum_dtype(a)).to(torch.float64)
+    tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64), minlength=c)
+    pos = torch.bincount(flat, minlength=c).to(torch.float64)
+    fp = (pp - tp).clamp_min(0)
+    fn = pos - tp
+    tn = (float(flat.numel()) - pos - fp).clamp_min(0)
+    return tp, fp, fn, tn
 
 
 def _rows(x: Tensor | float, like: Tensor) -> Tensor:
