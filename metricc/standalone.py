@@ -42,6 +42,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.counts",
         "metricc.runtime.distributed",
         "metricc.runtime.modes",
+        "metricc.runtime.weights",
         "metricc.runtime.loss",
         "metricc.runtime.constrained",
         "metricc.runtime.matrix",

@@ -6,6 +6,7 @@
 ``counts``           soft confusion counts and the dtype policy
 ``distributed``      counts summed over ranks and remembered over batches
 ``modes``            per-mode validate/format stages and the averages
+``weights``          per-element weight maps (``loss_fn(input, target, weight=w)``)
 ``loss``             ``MetricLoss`` and its autograd Function
 ``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
 ``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix

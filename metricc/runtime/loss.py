@@ -22,11 +22,10 @@ from .modes import (
     predicted,
     reduce_samples,
     validate_inputs,
-    validate_weight,
-    weight_rows,
 )
 from .options import check_class_options, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
+from .weights import validate_weight, weight_rows
 
 
 def _symbolic_function(cls: type[MetricLoss]) -> Any:
