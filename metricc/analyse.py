@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import sympy
 
-from .parse import COUNTS
+from .budget import evaluate, evaluator, float_evaluator, limit, spent
+from .parse import COUNTS, check_constants
 
 __all__ = [
     "DIRECTIONS",
@@ -88,14 +89,14 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
 
     ``sympy.simplify`` takes seconds on MCC-like formulas; these rewrites take
     milliseconds and are exact, which is all the emitter and the reader need.
-    Expressions too big to multiply out cheaply (:data:`MAX_EXPANSION`) keep
-    the combined-fraction form.
+    Expressions too big to multiply out cheaply (:data:`MAX_EXPANSION`), or met
+    once the enclosing :func:`metricc.budget.limit` is spent, keep the form they have.
     """
     # Counts are nonnegative, so e.g. sqrt(TP**2) is TP; SymPy only uses that
     # with positive symbols, swapped in and out here.
     expr = expr.xreplace(_TO_POSITIVE)
     candidates = [expr]
-    if sympy.count_ops(expr) > MAX_OPS:
+    if spent() or sympy.count_ops(expr) > MAX_OPS:
         return expr.xreplace(_FROM_POSITIVE)
     try:
         together = sympy.together(expr)
@@ -111,11 +112,14 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
 def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
     """``{"TP": d expr/d TP, ...}``, simplified; zero for counts it does not use."""
     real = expr.xreplace(TO_NONNEGATIVE)
-    return {
+    out = {
         k: simplify(sympy.diff(real, TO_NONNEGATIVE[s]).xreplace(FROM_NONNEGATIVE))
         if s in expr.free_symbols else sympy.Integer(0)
         for k, s in COUNTS.items()
     }
+    for k, d in out.items():
+        check_constants(d, f"d/d{k} of the formula")
+    return out
 
 
 def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
@@ -319,6 +323,9 @@ class CheckReport:
     upper: sympy.Expr | None
     sampled_range: tuple[float, float] | None
     higher_is_better: bool | None = None
+    #: The symbolic proofs ran out of time (:data:`metricc.budget.PROOF_SECONDS`);
+    #: the verdicts they did not reach are sampled, and say so.
+    budget_spent: bool = False
 
     def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
         """``{count: why}`` for each count in which the metric moves against training.
@@ -365,6 +372,9 @@ class CheckReport:
         if self.sampled_range is not None:
             sampled = "; sampled values {:.4g} .. {:.4g}".format(*self.sampled_range)
         lines.append(f"range: {proven}{sampled}")
+        if self.budget_spent:
+            lines.append("note: symbolic proofs stopped at the time budget; verdicts marked "
+                         "(sampled) are from sample points, not proofs")
         if self.higher_is_better is not None:
             wrong = self.wrong_way()
             direction = "higher is better" if self.higher_is_better else "lower is better"
@@ -393,7 +403,7 @@ def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
         return 1
     if e.is_nonpositive:
         return -1
-    if depth > 4 or sympy.count_ops(e) > _SIZE_LIMIT:
+    if depth > 4 or spent() or sympy.count_ops(e) > _SIZE_LIMIT:
         return None
     if isinstance(e, sympy.Mul):
         result = 1
@@ -492,11 +502,15 @@ def _singularities(expr: sympy.Expr, explain: bool = True
                 and not (nonneg(f).is_positive or nonneg(f).is_negative)
                 and (den == 1 or not _zero_set_inside(f, den))]
 
+    seen: set[tuple[str, sympy.Expr]] = set()
+
     def add(into: list[Singularity], s: Singularity) -> None:
-        for t in undefined + rough:
-            if t.relation == s.relation and sympy.expand(t.expr - s.expr) == 0:
-                return
-        into.append(s)
+        # One expand per piece (comparing each new piece with all earlier ones was
+        # quadratic: a min() of n arguments has n(n-1)/2 branch switches).
+        key = (s.relation, sympy.expand(s.expr))
+        if key not in seen:
+            seen.add(key)
+            into.append(s)
 
     def division(f: sympy.Expr, power: sympy.Expr) -> str:
         """0/0 or x/0 where the factor ``f`` of a denominator (to ``power``) vanishes."""
@@ -559,7 +573,7 @@ def _singularities(expr: sympy.Expr, explain: bool = True
 def _evaluator(e: sympy.Expr) -> Any:
     """``e`` as a plain-float function of (TP, FP, FN, TN), or ``None`` if SymPy cannot print it."""
     try:
-        return sympy.lambdify(list(COUNTS.values()), e, modules=["math"])
+        return float_evaluator(e, list(COUNTS.values()))
     except (NameError, SyntaxError, TypeError, KeyError):  # pragma: no cover - exotic nodes
         return None
 
@@ -576,17 +590,21 @@ def _values(fn: Any) -> list[tuple[int, float]]:
     return out
 
 
+@lru_cache(maxsize=64)
+def _precise(e: sympy.Expr) -> Any:
+    return evaluator(e, list(COUNTS.values()))
+
+
 def _confirmed_sign(e: sympy.Expr, index: int) -> int:
-    """The sign of ``e`` at sample point ``index``, evaluated to 30 digits (0 if unsure)."""
-    values = _POINTS[index]
-    point = {s: sympy.Rational(str(v)) for s, v in zip(COUNTS.values(), values, strict=True)}
-    try:
-        v = sympy.N(e.xreplace(point), 30)
-    except (TypeError, ValueError, ArithmeticError):  # pragma: no cover
+    """The sign of ``e`` at sample point ``index``, evaluated to 30 digits (0 if unsure).
+
+    mpmath, not ``e.xreplace(point)``: SymPy factors integers to evaluate a rational
+    to a rational power, which hangs on the partials of ``mcc^f1``.
+    """
+    v = evaluate(_precise(e), _POINTS[index])
+    if v is None or v.imag != 0 or abs(v.real) < 1e-20:
         return 0
-    if not v.is_real or not v.is_finite or abs(v) < sympy.Float("1e-20"):
-        return 0
-    return 1 if v > 0 else -1
+    return 1 if v.real > 0 else -1
 
 
 def _sampled_direction(d: sympy.Expr) -> str:
@@ -678,8 +696,10 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
 
         raise MetricError(f"check() needs a formula over TP, FP, FN, TN only; give values to "
                           f"{', '.join(sorted(extra))}")
-    gradient = partials(expr) if gradient is None else gradient
-    undefined, rough = _singularities(expr)
-    lower, upper, sampled = _bounds(expr)
-    return CheckReport(expr, undefined, rough, _monotonicity(gradient), lower, upper, sampled,
-                       higher_is_better)
+    with limit() as budget:  # proofs give up after PROOF_SECONDS; verdicts fall back to samples
+        gradient = partials(expr) if gradient is None else gradient
+        undefined, rough = _singularities(expr)
+        lower, upper, sampled = _bounds(expr)
+        monotonicity = _monotonicity(gradient)
+    return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled,
+                       higher_is_better, budget.exhausted)

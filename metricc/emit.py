@@ -18,7 +18,7 @@ from sympy.printing.pytorch import TorchPrinter
 
 from .analyse import EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE, backward_coefficients, guard
 from .errors import MetricError
-from .parse import COUNTS
+from .parse import COUNTS, check_constants
 
 __all__ = ["KERNEL_NAMES", "MetricPrinter", "emit_kernels"]
 
@@ -172,6 +172,9 @@ def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str
         else:
             constants[sym] = e
     temps, reduced = kept, [e.xreplace(constants) for e in reduced]
+    for e in [*(t for _, t in temps), *reduced]:
+        # cse multiplies constants out: 1e299*TP/(1e-299*FP + TP) needs 1e598.
+        check_constants(e, "the generated code for the formula and its derivative")
     lines = [f"def {name}(TP, FP, FN, TN, eps):", f'    """{doc}"""']
     for sym, e in temps:
         lines.append(f"    {sym} = {printer.doprint(e)}")
