@@ -16,6 +16,7 @@ from .errors import (
 )
 from .library import METRICS, NamedMetric
 from .metric import Metric, compile
+from .threshold import ThresholdChoice, best_threshold
 
 __all__ = [
     "METRICS",
@@ -25,8 +26,10 @@ __all__ = [
     "MetricWarning",
     "MissingParameterError",
     "NamedMetric",
+    "ThresholdChoice",
     "UnknownNameError",
     "VerificationError",
+    "best_threshold",
     "compile",
 ]
 __version__ = "0.1.0"

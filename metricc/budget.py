@@ -32,13 +32,49 @@ import sympy
 from sympy.printing.lambdarepr import MpmathPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
-__all__ = ["PROOF_SECONDS", "evaluate", "evaluator", "float_evaluator", "limit", "spent"]
+from .errors import MetricError
+
+__all__ = [
+    "MAX_EXPONENT",
+    "PROOF_SECONDS",
+    "check_constants",
+    "evaluate",
+    "evaluator",
+    "float_evaluator",
+    "limit",
+    "log10_abs",
+    "spent",
+]
 
 #: Seconds one metric's symbolic proofs may take in ``check()`` (and in
 #: ``verify()``) before the analysis falls back to sampling. The sampled
 #: verdicts are deterministic; only which of them got a proof depends on the
 #: machine's speed, and each verdict says which it is.
 PROOF_SECONDS = 2.0
+
+#: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308).
+MAX_EXPONENT = 300
+
+
+def log10_abs(n: sympy.Number) -> float:
+    """``log10 |n|`` of a nonzero SymPy number, to within 1 (cheap for huge ints)."""
+    if n.is_Rational:
+        return (abs(int(n.p)).bit_length() - int(n.q).bit_length()) * math.log10(2)
+    return math.log10(abs(float(n))) if float(n) != 0 else -math.inf
+
+
+def check_constants(expr: sympy.Expr, what: str) -> None:
+    """Raise MetricError if a constant of ``expr`` is beyond 10^±MAX_EXPONENT.
+
+    For what SymPy derives from a formula: the derivative of
+    ``1e299*TP/(1e-299*FP + TP)`` holds 10^598, which no float can hold.
+    """
+    for n in expr.atoms(sympy.Number):
+        if n.is_finite and n != 0 and abs(log10_abs(n)) > MAX_EXPONENT:
+            raise MetricError(
+                f"{what} needs a constant near 10^{round(log10_abs(n))}, beyond "
+                f"10^±{MAX_EXPONENT}; write the formula with smaller constants")
+
 
 # exp/power arguments beyond this many e-folds are overflow: float64 ends at
 # 709, and mpmath would spend minutes on exp(exp(exp(exp(2)))).

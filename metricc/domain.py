@@ -28,11 +28,9 @@ from typing import Any
 import sympy
 
 from .budget import evaluate, evaluator, float_evaluator
-from .parse import COUNTS
+from .symbols import COUNTS, TO_POSITIVE
 
 __all__ = ["domain_problem"]
-
-_POSITIVE = {s: sympy.Symbol(k, positive=True) for k, s in COUNTS.items()}
 
 
 def _points() -> list[tuple[float, ...]]:
@@ -87,7 +85,7 @@ def domain_problem(expr: sympy.Expr) -> str | None:
             continue
         if not base.free_symbols & set(COUNTS.values()):
             continue
-        if base.xreplace(_POSITIVE).is_nonnegative:
+        if base.xreplace(TO_POSITIVE).is_nonnegative:
             continue
         point = _negative_at(base)
         if point is not None:

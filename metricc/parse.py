@@ -7,7 +7,6 @@ no step recurses on the nesting depth of the input.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import threading
@@ -22,36 +21,23 @@ import lark
 import sympy
 from lark import Token
 
-from .errors import MetricError, MetricSyntaxError, UnknownNameError
+from .budget import MAX_EXPONENT, check_constants
+from .budget import log10_abs as _log10_abs
+from .errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from .library import lookup, names
+from .symbols import COUNTS, DERIVED
 
 __all__ = [
-    "COUNTS",
-    "DERIVED",
     "FUNCTIONS",
     "Formula",
-    # size limits, for metric.py
     "check_constants",
+    "check_single_identifier",
     "check_size",
     "grammar_text",
+    "known_names",
     "parse",
     "substitute",
-    "suggest",
 ]
-
-#: The four counts of the confusion matrix, as SymPy symbols (no assumptions,
-#: so ``sympy.Symbol("TP")`` in user code is the same symbol).
-COUNTS: dict[str, sympy.Symbol] = {k: sympy.Symbol(k) for k in ("TP", "FP", "FN", "TN")}
-_TP, _FP, _FN, _TN = COUNTS.values()
-
-#: Handy totals, each a plain sum of counts.
-DERIVED: dict[str, sympy.Expr] = {
-    "P": _TP + _FN,
-    "N": _FP + _TN,
-    "PP": _TP + _FP,
-    "PN": _FN + _TN,
-    "n": _TP + _FP + _FN + _TN,
-}
 
 #: name -> (sympy constructor, minimum arity, maximum arity or None)
 FUNCTIONS: dict[str, tuple[Any, int, int | None]] = {
@@ -74,9 +60,8 @@ MAX_CALL_NESTING = 30
 #: Depth of the expression tree once bindings are substituted (the deepest named
 #: metric has 8), so no later recursive step meets Python's recursion limit.
 MAX_DEPTH = 60
-#: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308), so neither
-#: `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
-MAX_EXPONENT = 300
+# Constants stay within 10**±MAX_EXPONENT (metricc.budget; floats reach 1e308), so neither
+# `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
 #: Largest |exponent| on a non-constant base: `(TP+1)^(10^6)` is no metric.
 MAX_POWER = 100
 #: Largest expression tree once bindings are substituted; the derivative of a
@@ -89,13 +74,6 @@ MAX_ARGS = 6
 #: substituted: min(mcc, f1, g_mean, cohen_kappa) is about 300 and takes 6 s
 #: through compile, check, loss and verify; six named metrics took 12 s.
 MAX_MINMAX_WORK = 400
-
-
-def _log10_abs(n: sympy.Number) -> float:
-    """``log10 |n|`` of a nonzero SymPy number, to within 1 (cheap for huge ints)."""
-    if n.is_Rational:
-        return (abs(int(n.p)).bit_length() - int(n.q).bit_length()) * math.log10(2)
-    return math.log10(abs(float(n))) if float(n) != 0 else -math.inf
 
 
 def _number_problem(e: sympy.Expr) -> str | None:
@@ -157,19 +135,6 @@ def _check_top(e: sympy.Expr) -> sympy.Expr:
     return e
 
 
-def check_constants(expr: sympy.Expr, what: str) -> None:
-    """Raise MetricError if a constant of ``expr`` is beyond 10^±MAX_EXPONENT.
-
-    For what SymPy derives from a formula: the derivative of
-    ``1e299*TP/(1e-299*FP + TP)`` holds 10^598, which no float can hold.
-    """
-    for n in expr.atoms(sympy.Number):
-        if n.is_finite and n != 0 and abs(_log10_abs(n)) > MAX_EXPONENT:
-            raise MetricError(
-                f"{what} needs a constant near 10^{round(_log10_abs(n))}, beyond "
-                f"10^±{MAX_EXPONENT}; write the formula with smaller constants")
-
-
 def check_size(expr: sympy.Expr, what: str = "formula") -> None:
     """Raise MetricError if ``expr`` breaks a size limit; shared subtrees are walked once."""
     memo: dict[int, tuple[int, int]] = {}
@@ -214,6 +179,8 @@ class Formula:
     parameters: tuple[str, ...]
     defaults: dict[str, float] = field(default_factory=dict)
     bindings: dict[str, sympy.Expr] = field(default_factory=dict)
+    #: The named metrics the formula is or uses (their parameters' ranges apply).
+    metrics: tuple[str, ...] = ()
 
 
 def grammar_text() -> str:
@@ -223,17 +190,6 @@ def grammar_text() -> str:
         return packaged.read_text(encoding="utf-8")
     checkout = Path(__file__).resolve().parent.parent / "grammar" / "metric.lark"
     return checkout.read_text(encoding="utf-8")
-
-
-def suggest(name: str, candidates: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for a likely typo, else the empty string."""
-    lowered = {c.lower(): c for c in candidates}
-    if name.lower() in lowered and lowered[name.lower()] != name:
-        return f" (did you mean '{lowered[name.lower()]}'?)"
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
-    if not close:
-        return ""
-    return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
 
 
 def known_names() -> list[str]:
@@ -457,6 +413,32 @@ def _describe(tok: Token) -> str:
     return f"'{tok}'"
 
 
+def _keyword_hint(text: str, at: int) -> str:
+    """The note for a misplaced ``=``: a keyword argument ``fbeta(beta=2)`` or a binding."""
+    call = re.search(r"([A-Za-z][A-Za-z0-9_]*)\s*\(([^()]*)$", text[:at])
+    if call is None:
+        return " (a binding is `name = expression` on its own line)"
+    fname = call.group(1)
+    inside = call.group(2) + text[at:].split(")", 1)[0]
+    pairs = re.findall(r"([A-Za-z][A-Za-z0-9_]*)\s*=\s*([^,()\n;]*)", inside)
+    args = ", ".join(f"{k}={v.strip() or '<number>'}" for k, v in pairs)
+    flags = " ".join(f"--param {k}={v.strip() or '<number>'}" for k, v in pairs)
+    target = f'"{fname}"' if lookup(fname) is not None else '"<formula>"'
+    return (" (formulas take no keyword arguments; give parameter values to compile: "
+            f"metricc.compile({target}, {args}), or {flags} on the command line)")
+
+
+def _implicit_product_hint(text: str, tok: Token) -> str:
+    """`` (multiplication needs '*': write 2*TP)`` where a number or ``)`` directly precedes."""
+    before = text[: tok.start_pos or 0].rstrip(" \t")
+    left = re.search(r"(\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+|\))$", before)
+    if left is None:
+        return ""
+    shown = left.group(1) if left.group(1) != ")" else "(...)"
+    right = str(tok) if tok.type == "NAME" else "(...)"
+    return f" (multiplication needs '*': write {shown}*{right})"
+
+
 def _syntax_tree(text: str, pos: _Position) -> list[Any]:
     parser = _parser_for(pos)
     try:
@@ -499,7 +481,9 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
             msg = (f"unexpected {_describe(tok)}: a formula is one expression, on its last line; "
                    "earlier lines must be bindings `name = expression`")
         if tok.type == "EQUAL":
-            msg += " (a binding is `name = expression` on its own line)"
+            msg += _keyword_hint(text, tok.start_pos or 0)
+        elif tok.type in ("NAME", "LPAR"):
+            msg += _implicit_product_hint(text, tok)
         raise MetricSyntaxError(msg, text, tok.line or 1, tok.column or 1) from None
     except lark.exceptions.UnexpectedInput as e:  # UnexpectedEOF and friends
         raise MetricSyntaxError("could not parse formula", text, getattr(e, "line", 1) or 1,
@@ -566,6 +550,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
     later = {str(tok): tok for tok, _ in bindings}
     params: set[str] = set()
     defaults: dict[str, float] = {}
+    metrics: list[str] = []
 
     def resolve(expr: sympy.Expr, upcoming: set[str]) -> sympy.Expr:
         subs: dict[sympy.Symbol, sympy.Expr] = {}
@@ -576,11 +561,15 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
             elif name in COUNTS:
                 subs[sym] = COUNTS[name]
             elif name in DERIVED:
+                # A total not (yet) rebound is the built-in one, as a Python name is
+                # the builtin until a local assignment shadows it.
                 subs[sym] = DERIVED[name]
             elif name in upcoming:
                 raise pos.error(f"'{name}' is used before it is defined", pos.first_use[name])
             elif (metric := lookup(name)) is not None:
                 inner = _library_formula(metric.name)
+                if metric.name not in metrics:
+                    metrics.append(metric.name)
                 subs[sym] = inner.expr
                 for k, v in inner.defaults.items():
                     defaults.setdefault(k, v)
@@ -593,8 +582,11 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
     remaining = set(later)
     for tok, expr in bindings:
         name = str(tok)
-        if name in COUNTS or name in DERIVED:
-            raise pos.error(f"'{name}' is a built-in count and cannot be redefined", tok)
+        # Only the four counts are reserved: a binding of a total (P N PP PN n), such as
+        # `n = TP + FP + FN + TN` in Cohen's kappa, shadows the built-in from then on.
+        if name in COUNTS:
+            raise pos.error(f"'{name}' is one of the four counts (TP, FP, FN, TN) and cannot be "
+                            "redefined; choose another name", tok)
         if name in FUNCTIONS:
             raise pos.error(f"'{name}' is a function and cannot be redefined", tok)
         if name in defined:
@@ -612,6 +604,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
         parameters=tuple(sorted(params)),
         defaults=defaults,
         bindings=dict(defined),
+        metrics=tuple(metrics),
     )
 
 
@@ -620,13 +613,7 @@ def _library_formula(name: str) -> Formula:
     metric = lookup(name)
     assert metric is not None
     f = parse(metric.formula)
-    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {})
-
-
-def resolve_name(text: str) -> str | None:
-    """The canonical metric name if ``text`` is just a metric name or alias."""
-    metric = lookup(text.strip())
-    return metric.name if metric else None
+    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {}, (metric.name,))
 
 
 def check_single_identifier(text: str) -> None:

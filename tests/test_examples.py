@@ -150,3 +150,12 @@ def test_segmentation_data_is_about_two_percent_foreground():
     assert bool((y.flatten(1).sum(1) > 0).all())  # every image has a shape
     x2, y2 = seg.make_images(200, seed=3)
     assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
+def test_development_sets_are_the_declared_random_draw():
+    """The dev/held-out split is the seeded draw its comment states, and partitions the 20 sets."""
+    draw = sorted(np.random.default_rng(15).choice(sorted(tabular.KEEL_FILES), 6,
+                                                   replace=False).tolist())
+    assert list(tabular.DEV_DATASETS) == draw
+    assert set(tabular.DEV_DATASETS) | set(tabular.HELDOUT_DATASETS) == set(tabular.DATASETS)
+    assert not set(tabular.DEV_DATASETS) & set(tabular.HELDOUT_DATASETS)

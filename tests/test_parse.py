@@ -1,4 +1,4 @@
-"""The formula language: every construct of DESIGN.md section 2, and every error."""
+"""The formula language: every construct of grammar/metric.lark, and every error."""
 
 from __future__ import annotations
 
@@ -212,3 +212,78 @@ def test_arbitrary_text_raises_only_metric_error(text: str) -> None:
         metricc.compile(text)
     except metricc.MetricError:
         pass
+
+
+# --- issue 11: totals may be rebound, one did-you-mean note, hints for common slips ---
+
+def test_a_binding_shadows_a_builtin_total() -> None:
+    """`n = TP + FP + FN + TN` on its own line (as Cohen's kappa is often written) is accepted."""
+    kappa = metricc.compile(
+        "n = TP + FP + FN + TN\n"
+        "po = (TP + TN)/n\n"
+        "pe = ((TP + FP)*(TP + FN) + (FN + TN)*(FP + TN))/n^2\n"
+        "(po - pe)/(1 - pe)")
+    counts = {"tp": 30, "fp": 5, "fn": 10, "tn": 955}
+    assert kappa.value(**counts) == pytest.approx(metricc.compile("cohen_kappa").value(**counts), rel=1e-12)
+    # A rebinding really shadows: P here is not TP + FN.
+    assert parse("P = 2*TP\nP + N").expr == 2 * TP + FP + TN
+    for name in ("N", "PP", "PN"):
+        assert parse(f"{name} = TP\n{name}").expr == TP
+    # Before its binding a total is still the built-in one (Python's scoping of a shadowed builtin).
+    assert parse("x = P\nP = TP\nx + P").expr == 2 * TP + FN
+
+
+@pytest.mark.parametrize("name", ["TP", "FP", "FN", "TN"])
+def test_the_four_counts_stay_reserved(name: str) -> None:
+    err = _syntax_error(f"{name} = 3\nTP/(TP+FP)")
+    assert "one of the four counts" in str(err) and (err.line, err.column) == (1, 1)
+
+
+def test_several_typos_get_one_did_you_mean_note() -> None:
+    with pytest.raises(metricc.MissingParameterError) as info:
+        metricc.compile("tp/(tp+fp)")
+    msg = str(info.value)
+    assert msg.count("did you mean") == 1
+    assert "(did you mean 'FP' for 'fp', 'TP' for 'tp'?)" in msg
+    with pytest.raises(metricc.MetricError) as info2:
+        metricc.compile("fbeta", bta=2, btea=3)
+    assert str(info2.value).count("did you mean") == 1 and "unknown parameters 'bta', 'btea'" in str(info2.value)
+
+
+@pytest.mark.parametrize(("text", "hint"), [
+    ("2TP/(2TP + FP + FN)", "multiplication needs '*': write 2*TP"),
+    ("1.5e3TP", "write 1.5e3*TP"),
+    ("2 (TP + FP)", "write 2*(...)"),
+    ("(TP + FN)(TP + FP)", "write (...)*(...)"),
+])
+def test_implicit_multiplication_gets_a_hint(text: str, hint: str) -> None:
+    assert hint in str(_syntax_error(text))
+
+
+@pytest.mark.parametrize(("text", "call"), [
+    ("fbeta(beta=2)", 'metricc.compile("fbeta", beta=2), or --param beta=2'),
+    ("tversky(alpha=0.3, beta=0.7)", 'metricc.compile("tversky", alpha=0.3, beta=0.7)'),
+])
+def test_keyword_arguments_point_to_compile(text: str, call: str) -> None:
+    msg = str(_syntax_error(text))
+    assert call in msg and "let" not in msg and "binding" not in msg
+
+
+def test_a_misplaced_binding_still_says_binding() -> None:
+    assert "a binding is `name = expression` on its own line" in str(_syntax_error("TP + (x = 3)"))
+
+
+@pytest.mark.parametrize(("formula", "params", "words"), [
+    ("fbeta", {"beta": -2}, "fbeta's beta must be >= 0, got -2"),
+    ("(fbeta + mcc)/2", {"beta": -0.5}, "fbeta's beta must be >= 0"),
+    ("tversky", {"alpha": -0.1}, "tversky's alpha must be >= 0"),
+    ("tversky", {"beta": -1}, "tversky's beta must be >= 0"),
+])
+def test_negative_weights_of_named_metrics_are_refused(formula: str, params: dict, words: str) -> None:
+    with pytest.raises(metricc.MetricError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        metricc.compile(formula, **params)
+
+
+def test_beta_zero_is_precision() -> None:
+    m = metricc.compile("fbeta", beta=0)
+    assert m.value(tp=3, fp=1, fn=7, tn=5) == pytest.approx(0.75)

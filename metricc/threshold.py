@@ -1,0 +1,178 @@
+"""The decision threshold that optimises a compiled metric on held-out scores.
+
+A model trained with any loss is used as ``score >= threshold``. For F1 and the
+other ratios of linear counts, the Bayes-optimal classifier is a thresholded
+class probability (Koyejo et al., NeurIPS 2014), so re-picking the threshold on
+validation data is the standard companion of cross-entropy training, and what
+scikit-learn's ``TunedThresholdClassifierCV`` does on a grid of candidates.
+:func:`best_threshold` does it exactly: every distinct score is a candidate,
+the confusion counts at all of them come from one sort and four cumulative
+sums, and the metric is evaluated on all of them in one vectorised call.
+
+>>> import metricc
+>>> f1 = metricc.compile("f1")
+>>> choice = f1.best_threshold([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+>>> choice.threshold, choice.value
+(0.35, 0.8)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from .errors import MetricError
+
+__all__ = ["ThresholdChoice", "ThresholdCounts", "best_threshold", "threshold_counts"]
+
+
+class Metric(Protocol):
+    """What :func:`best_threshold` needs of a :class:`metricc.Metric` (no import of it: no
+    import cycle)."""
+
+    name: str | None
+    text: str
+    higher_is_better: bool
+
+    def value(self, tp: Any = ..., fp: Any = ..., fn: Any = ..., tn: Any = ..., *,
+              zero_division: float | None = ...) -> Any: ...
+
+
+class ThresholdCounts(NamedTuple):
+    """The hard confusion counts at every candidate threshold, highest threshold first.
+
+    ``thresholds[0]`` lies just above the highest score (no positive
+    prediction); ``thresholds[i]`` for ``i >= 1`` is the ``i``-th highest
+    distinct score, and predicts positive every score ``>= thresholds[i]``.
+    The counts are float64 arrays of the same length.
+    """
+
+    thresholds: np.ndarray
+    tp: np.ndarray
+    fp: np.ndarray
+    fn: np.ndarray
+    tn: np.ndarray
+
+
+class ThresholdChoice(NamedTuple):
+    """What :func:`best_threshold` returns: predict positive where ``score >= threshold``."""
+
+    threshold: float
+    value: float
+
+
+def _as_array(x: Any, what: str) -> np.ndarray:
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            x = x.detach().cpu()
+            if x.dtype == torch.bfloat16:
+                x = x.float()
+            x = x.numpy()
+    except ImportError:  # pragma: no cover - torch is a dependency; numpy input needs none
+        pass
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise MetricError(f"{what} must be an array, tensor or list of numbers: {e}") from None
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)
+                                   or arr.dtype == np.bool_):
+        raise MetricError(f"{what} must hold numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
+    """The confusion counts of ``scores >= t`` against 0/1 ``target`` at every candidate ``t``.
+
+    ``scores`` and ``target`` are tensors, arrays or lists of one shape (any
+    shape; flattened). One sort and cumulative sums: ``O(n log n)``.
+
+    >>> c = threshold_counts([0.2, 0.9, 0.2, 0.6], [0, 1, 1, 0])
+    >>> c.thresholds.tolist()[1:], c.tp.tolist(), c.fp.tolist()
+    ([0.9, 0.6, 0.2], [0.0, 1.0, 1.0, 2.0], [0.0, 0.0, 1.0, 2.0])
+    """
+    s = _as_array(scores, "scores")
+    t = _as_array(target, "target")
+    if s.shape != t.shape:
+        raise MetricError(f"scores and target must have the same shape, got {s.shape} and "
+                          f"{t.shape}")
+    if s.size == 0:
+        raise MetricError("best_threshold() needs at least one score")
+    if s.dtype == np.bool_:
+        s = s.astype(np.float64)
+    if not np.isfinite(s).all():
+        bad = int((~np.isfinite(s)).sum())
+        raise MetricError(f"scores hold {bad} NaN or infinite value{'s' * (bad > 1)}; "
+                          "a threshold cannot be chosen on them (check the model's outputs)")
+    if not ((t == 0) | (t == 1)).all():
+        found = np.unique(t[(t != 0) & (t != 1)])[:5].tolist()
+        raise MetricError(f"target must hold only 0 and 1 (binary), found {found}; for a "
+                          "multiclass problem pick one class's scores and a 0/1 target for it")
+    s = s.reshape(-1)
+    y = t.reshape(-1).astype(np.float64)
+    # Floating scores keep their dtype so that the returned thresholds compare against
+    # them exactly; integer scores become float64.
+    if not np.issubdtype(s.dtype, np.floating):
+        s = s.astype(np.float64)
+    order = np.argsort(-s, kind="stable")
+    ss, ys = s[order], y[order]
+    # The last position of each run of equal scores: a threshold keeps a tie together.
+    last = np.flatnonzero(np.r_[ss[1:] != ss[:-1], True])
+    pos_total, n = float(y.sum()), float(y.size)
+    tp = np.r_[0.0, np.cumsum(ys)[last]]
+    pp = np.r_[0.0, last + 1.0]
+    fp = pp - tp
+    fn = pos_total - tp
+    tn = (n - pos_total) - fp
+    top = np.nextafter(ss[0], np.array(np.inf, dtype=ss.dtype))
+    thresholds = np.r_[np.array([top], dtype=ss.dtype), ss[last]].astype(np.float64)
+    return ThresholdCounts(thresholds, tp, fp, fn, tn)
+
+
+def best_threshold(metric: Metric, scores: Any, target: Any, *,
+                   zero_division: float | None = None) -> ThresholdChoice:
+    """The threshold ``t`` that optimises ``metric`` for ``scores >= t`` against ``target``.
+
+    Maximises the metric (minimises it when ``metric.higher_is_better`` is
+    false) over every distinct score and one threshold just above the highest
+    score (no positive prediction), evaluated exactly on the hard counts.
+    Thresholds where the metric is undefined (``0/0``; precision with no
+    positive prediction) are not candidates, unless ``zero_division`` gives
+    them a value, as in :meth:`Metric.score`.
+
+    Ties: among thresholds with the best value (equal to 1e-12 relative), the
+    lowest wins, i.e. the most positive predictions, as scikit-learn's
+    ``TunedThresholdClassifierCV`` picks the first maximiser of its ascending
+    grid. The returned threshold is one of the scores themselves, so
+    ``metric.score(scores, target, threshold) == value`` exactly.
+
+    Binary only: ``scores`` are probabilities or logits (any shape, same as
+    ``target``), ``target`` holds 0 and 1.
+
+    >>> import metricc
+    >>> metricc.compile("fpr").best_threshold([0.2, 0.7, 0.9], [0, 1, 0])
+    ThresholdChoice(threshold=0.9000000000000001, value=0.0)
+    """
+    if zero_division is not None and (isinstance(zero_division, bool)
+                                      or not isinstance(zero_division, (int, float))):
+        raise MetricError(f"zero_division must be a number, got {zero_division!r}")
+    c = threshold_counts(scores, target)
+    import torch
+
+    values = metric.value(*(torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)),
+                          zero_division=float("nan")).numpy()
+    if zero_division is not None:
+        values = np.where(np.isnan(values), float(zero_division), values)
+    defined = np.flatnonzero(~np.isnan(values))
+    if defined.size == 0:
+        raise MetricError(
+            f"the metric {metric.name or metric.text.strip()!r} is undefined at every threshold "
+            "on these scores (e.g. recall with no positive target); pass zero_division=<value>")
+    v = values[defined]
+    best = v.max() if metric.higher_is_better else v.min()
+    tol = 1e-12 * max(1.0, abs(best))
+    # Candidates run from the highest threshold down: the last tied one is the lowest.
+    i = defined[np.flatnonzero(np.abs(v - best) <= tol)[-1]]
+    return ThresholdChoice(float(c.thresholds[i]), float(values[i]))
