@@ -315,7 +315,9 @@ class Metric:
         0.0
         """
         from .emit import loss_parameters
+        from .runtime.options import check_flag
 
+        check_flag("warn_monotonicity", warn_monotonicity)
         allowed = [p.name for p in loss_parameters()]
         for key in options:
             if key not in allowed:

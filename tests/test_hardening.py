@@ -230,3 +230,153 @@ def test_constants_beyond_the_limit_after_simplification_are_refused() -> None:
         m.loss()
     with pytest.raises(metricc.MetricError, match=r"out of range|beyond 10"):
         metricc.compile("1e200*TP/(1e-200*FP)")
+
+
+# --- 3. options are validated, never coerced ----------------------------------------------
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"from_logits": "no"}, "from_logits must be True or False"),
+    ({"from_logits": 1}, "from_logits must be True or False"),
+    ({"validate_args": "false"}, "validate_args must be True or False"),
+    ({"sync_dist": "True"}, "sync_dist must be True or False"),
+    ({"warn_monotonicity": "yes"}, "warn_monotonicity must be True or False"),
+    ({"offset": math.nan}, "offset must be a finite number"),
+    ({"offset": "1"}, "offset must be a finite number"),
+    ({"amplifier": True}, "amplifier must be a finite number > 0"),
+    ({"amplifier": 0}, "amplifier must be a finite number > 0"),
+    ({"slope": -1.0}, "slope must be a finite number > 0"),
+    ({"eps": math.inf}, "eps must be a finite number >= 0"),
+    ({"memory_decay": 2.0}, "memory_decay must be a number in"),
+])
+def test_loss_options_are_checked_not_coerced(options: dict, words: str) -> None:
+    with pytest.raises(metricc.MetricError, match=words):
+        metricc.compile("f1").loss(**options)
+
+
+def test_cli_options_parse_to_real_values_or_are_refused(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    from metricc.cli import main
+
+    out = tmp_path / "loss.py"
+    assert main(["compile", "f1", "--option", "from_logits=false", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "from_logits: bool = False," in text and '"false"' not in text
+    assert main(["compile", "f1", "--option", "from_logits=TRUE", "--relaxation", "sigmoid",
+                 "-o", str(out)]) == 0
+    assert "from_logits: bool = True," in out.read_text()
+    for bad in ("offset=nan", "from_logits=no", "amplifier=-3"):
+        assert main(["compile", "f1", "--option", bad, "-o", str(out)]) == 2, bad
+        assert "must be" in capsys.readouterr().err
+
+
+def test_stateful_metric_options_are_checked() -> None:
+    pytest.importorskip("torchmetrics")
+    for options in ({"from_logits": "no"}, {"threshold": math.nan}, {"validate_args": 0},
+                    {"zero_division": "0"}):
+        with pytest.raises(metricc.MetricError, match="must be"):
+            metricc.compile("f1").metric(**options)
+
+
+# --- 4. casts cannot overflow -------------------------------------------------------------
+
+@pytest.mark.parametrize("average", ["micro", "macro", "weighted"])
+@pytest.mark.parametrize("backward", ["symbolic", "autograd"])
+def test_large_class_weights_with_half_inputs(average: str, backward: str) -> None:
+    m = metricc.compile("f1")
+    weights = [1.0, 7e4, 2.0]  # an ordinary inverse-frequency weight; inf in float16
+    probs = torch.softmax(torch.randn(8, 3, generator=torch.Generator().manual_seed(0)), 1)
+    y = torch.tensor([0, 1, 2, 1, 0, 2, 1, 1])
+    grads = []
+    for dtype in (torch.float16, torch.float64):
+        x = probs.to(dtype).requires_grad_()
+        value = m.loss(mode="multiclass", average=average, class_weights=weights,
+                       backward=backward)(x, y)
+        value.backward()
+        assert torch.isfinite(value) and torch.isfinite(x.grad).all()
+        grads.append((float(value.detach()), x.grad.double()))
+    assert grads[0][0] == pytest.approx(grads[1][0], abs=2e-3)
+    torch.testing.assert_close(grads[0][1], grads[1][1], atol=2e-3, rtol=2e-2)
+
+
+# --- 6. an empty shard joins the all-reduce ----------------------------------------------
+
+@pytest.mark.parametrize(("options", "shape"), [
+    ({}, (0,)), ({"backward": "autograd"}, (0,)), ({"memory_decay": 0.5}, (0,)),
+    ({"mode": "multiclass"}, (0, 3)), ({"mode": "multiclass", "average": "micro"}, (0, 3, 2)),
+    ({"mode": "multilabel", "average": "weighted"}, (0, 3)),
+])
+def test_empty_shard_gives_a_defined_loss_and_zero_gradient(options: dict, shape: tuple) -> None:
+    # Outside a process group sync_dist does nothing; the empty batch is accepted and gives
+    # the loss of zero counts (tests/test_distributed.py runs it on 2 and 3 gloo ranks).
+    loss = metricc.compile("f1").loss(sync_dist=True, from_logits=True, **options)
+    x = torch.randn(*shape, requires_grad=True)
+    multiclass = options.get("mode") == "multiclass"
+    y = torch.zeros((shape[0], *shape[2:]), dtype=torch.long) if multiclass else torch.zeros(shape)
+    value = loss(x, y)
+    value.backward()
+    assert torch.isfinite(value) and x.grad is not None and x.grad.shape == x.shape
+    with pytest.raises(metricc.MetricError, match="skip empty batches"):
+        metricc.compile("f1").loss(from_logits=True, **options)(x, y)
+
+
+# --- 7. state in real training loops -----------------------------------------------------
+
+@pytest.mark.parametrize("backward", ["symbolic", "autograd"])
+def test_inference_mode_call_does_not_break_training(backward: str) -> None:
+    loss = metricc.compile("f1").loss(memory_decay=0.9, backward=backward)
+    x, y = torch.rand(8), (torch.arange(8) % 2).float()
+    loss.train()
+    with torch.inference_mode():
+        evaluated = loss(x, y)
+    assert loss.pool.memory is None  # read, not written, under inference mode
+    xr = x.clone().requires_grad_()
+    first = loss(xr, y)
+    first.backward()
+    x2 = torch.rand(8).requires_grad_()
+    second = loss(x2, y)  # now with the first call's counts in memory
+    second.backward()
+    fresh = metricc.compile("f1").loss(backward=backward)(x2.detach(), y)
+    assert float(first.detach()) == pytest.approx(float(evaluated))
+    assert float(second.detach()) != pytest.approx(float(fresh))
+
+
+def test_every_generated_class_has_its_own_forward_for_torch_compile() -> None:
+    import torch._dynamo
+
+    classes = [metricc.compile(n).loss_class for n in ("f1", "mcc")]
+    assert classes[0].forward.__code__ is not classes[1].forward.__code__
+    x, y = torch.rand(16, requires_grad=True), (torch.arange(16) % 2).float()
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 1  # shared code: the 2nd metric would hit it
+    try:
+        for cls, name in zip(classes, ("f1", "mcc"), strict=True):
+            value = torch.compile(cls(), fullgraph=True)(x, y)
+            value.backward()
+            assert float(value) == pytest.approx(float(metricc.compile(name).loss()(x, y)))
+    finally:
+        torch._dynamo.config.recompile_limit = limit
+        torch._dynamo.reset()
+
+
+def test_linecache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import linecache
+
+    from metricc import emit
+
+    monkeypatch.setattr(emit, "LINECACHE_SIZE", 3)
+    for i in range(6):
+        emit.build_loss_class(metricc.compile(f"TP/(TP + {i + 11}*FP)").kernels_source, None,
+                              "f", sympy.Integer(0), True)
+    assert len(emit._LINECACHE_KEYS) == 3
+    assert all(k in linecache.cache for k in emit._LINECACHE_KEYS)
+
+
+# --- 9. targets get no gradient in either backward ---------------------------------------
+
+@pytest.mark.parametrize("backward", ["symbolic", "autograd"])
+def test_target_gets_no_gradient(backward: str) -> None:
+    x = torch.rand(6, requires_grad=True)
+    y = torch.tensor([0.0, 1, 1, 0, 1, 0], requires_grad=True)
+    metricc.compile("f1").loss(backward=backward)(x, y).backward()
+    assert y.grad is None and x.grad is not None
