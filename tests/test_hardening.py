@@ -380,3 +380,14 @@ def test_target_gets_no_gradient(backward: str) -> None:
     y = torch.tensor([0.0, 1, 1, 0, 1, 0], requires_grad=True)
     metricc.compile("f1").loss(backward=backward)(x, y).backward()
     assert y.grad is None and x.grad is not None
+
+
+def test_bench_hardening_smoke() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_hardening.py"
+    spec = importlib.util.spec_from_file_location("bench_hardening", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert "s CPU" in bench.run_one("TP/(TP+FP)")
+    assert "refused" in bench.run_one(bench.CASES["min of 400 args"])

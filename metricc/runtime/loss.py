@@ -153,7 +153,8 @@ class MetricLoss(torch.nn.Module):
         for name, value in (("backward", backward), ("multidim_average", multidim_average),
                             ("reduction", reduction)):
             look_up_option(name, value)
-        relax.check_options(check_flag("from_logits", from_logits))
+        from_logits = check_flag("from_logits", from_logits)
+        relax.check_options(from_logits)
         self.amplifier = check_number("amplifier", amplifier, positive=True)
         self.slope = check_number("slope", slope, positive=True)
         self.eps = check_number("eps", eps)
