@@ -150,7 +150,7 @@ def check_flag(name: str, value: Any) -> bool:
     ...
     metricc.errors.MetricError: from_logits must be True or False, got 'no'
     """
-    if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
         return bool(value)  # numpy's booleans (e.g. a comparison of numpy numbers)
     if not isinstance(value, bool):
         raise MetricError(f"{name} must be True or False, got {value!r}")
