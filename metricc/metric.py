@@ -364,7 +364,11 @@ class Metric:
 
 
 def _is_array(v: Any) -> bool:
-    return hasattr(v, "__array__") or hasattr(v, "__torch_function__")
+    """A tensor or an array; numpy scalars (np.int64(3)) are numbers, and give a float."""
+    import numbers
+
+    return (hasattr(v, "__array__") or hasattr(v, "__torch_function__")) \
+        and not isinstance(v, numbers.Number)
 
 
 def _count_tensor(name: str, v: Any) -> Any:
@@ -373,7 +377,7 @@ def _count_tensor(name: str, v: Any) -> Any:
 
     import torch
 
-    if _is_array(v) and not isinstance(v, numbers.Number):
+    if _is_array(v):
         t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
         if t.device.type == "meta":
             raise MetricError(f"{name} is a meta tensor, which holds no values; pass real counts")

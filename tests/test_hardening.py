@@ -202,6 +202,11 @@ def test_value_is_computed_wide() -> None:
             {"tp": 300.0, "fp": 100.0, "fn": 100.0, "tn": 500.0}.items()}
     got = mcc.value(**half)
     assert got.dtype == torch.float16
+    # numpy scalars are numbers (a float comes back), arrays are tensors
+    import numpy as np
+
+    assert isinstance(mcc.value(tp=np.int64(300), fp=100, fn=100, tn=np.float64(500)), float)
+    assert mcc.value(tp=np.array([300, 200]), fp=100, fn=100, tn=500).shape == (2,)
     assert float(got) == pytest.approx(mcc.value(tp=300, fp=100, fn=100, tn=500), abs=1e-3)
 
 
