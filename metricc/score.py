@@ -31,9 +31,10 @@ def score(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
           num_classes: int | None = None) -> Any:
     """The metric on hard labels; see :meth:`metricc.Metric.score`."""
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-            or not math.isfinite(threshold):
-        # A nan threshold makes every comparison False: a silent 0.0.
-        raise MetricError(f"threshold must be a finite number, got {threshold!r}")
+            or math.isnan(threshold):
+        # A nan threshold makes every comparison False: a silent 0.0. (±inf are fine:
+        # every element negative, or positive.)
+        raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
     if mode != "binary" or ignore_index is not None:
         return score_classes(value, preds, target, threshold, mode=mode, average=average,
                              ignore_index=ignore_index, classes=classes,

@@ -32,7 +32,6 @@ from .runtime.options import (
     MULTIDIM_AVERAGES,
     check_class_options,
     check_flag,
-    check_number,
     select_classes,
 )
 from .score import _multiclass, _multilabel
@@ -110,7 +109,10 @@ class StatefulMetric(_TorchMetric):
         self._compiled: Metric = metric
         self.mode = mode
         self.num_classes = num_classes
-        self.threshold = check_number("threshold", threshold, nonnegative=False)
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                or math.isnan(threshold):
+            raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
+        self.threshold = float(threshold)
         self.from_logits = check_flag("from_logits", from_logits)
         self.average = average
         self.multidim_average = multidim_average

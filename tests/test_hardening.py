@@ -212,7 +212,8 @@ def test_value_is_computed_wide() -> None:
 
 @pytest.mark.parametrize(("preds", "kwargs", "words"), [
     ([0.2, math.nan, 0.9], {}, "NaN"),
-    ([0.2, 0.4, 0.9], {"threshold": math.nan}, "threshold must be a finite number"),
+    ([0.2, 0.4, 0.9], {"threshold": math.nan}, "threshold must be a number"),
+    ([0.2, 0.4, 0.9], {"threshold": "0.5"}, "threshold must be a number"),
     (torch.empty(3, device="meta"), {}, "meta"),
 ])
 def test_score_refuses_silent_answers(preds: object, kwargs: dict, words: str) -> None:
