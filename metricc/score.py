@@ -1,9 +1,12 @@
 """Exact scores on hard labels (``Metric.score``): binary, multiclass and multilabel.
 
-The class options and absent-class policy are the loss's
-(:mod:`metricc.runtime.options`, :mod:`metricc.runtime.modes`), so a loss and
-its score average the same classes; see ``docs/modes.md``. ``value`` is the
-metric's exact evaluation at counts (``Metric.value``).
+Hard labels get their own checks (``_<mode>_validate_hard``: targets must be
+0/1 or class indices, predictions labels or scores), then go through the loss's
+own stages: :func:`metricc.runtime.modes.class_rows` lays them out and picks
+the classes, and :func:`~metricc.runtime.modes.class_average_weights` applies
+the absent-class policy, so a loss and its score count and average the same
+classes (``docs/modes.md``). ``value`` is the metric's exact evaluation at
+counts (``Metric.value``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .errors import MetricError
-from .runtime.modes import class_average_weights
+from .runtime.modes import _binary_validate, class_average_weights, class_rows
 from .runtime.options import check_class_options, select_classes
 
 __all__ = ["score", "score_classes"]
@@ -47,12 +50,9 @@ def _score_binary(value: Value, preds: Any, target: Any, threshold: float,
                   zero_division: float | None) -> float:
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target)
-    if p.shape != t.shape:
-        raise MetricError(f"preds and target must have the same shape, got {tuple(p.shape)} "
-                          f"and {tuple(t.shape)}")
+    _binary_validate(p, t, ("preds", "target"), "")
     _check_preds(p, t)
-    if not bool(((t == 0) | (t == 1)).all()):
-        raise MetricError("target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
+    _check_01(t, None, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
     hard = (p >= threshold) if p.is_floating_point() else (p != 0)
     yt = t.to(torch.bool)
     f64 = torch.float64
@@ -75,36 +75,29 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5,
     >>> round(score_classes(m.value, [0, 1, 2, 2], [0, 2, 2, 2], num_classes=3), 4)
     0.6
     """
-    err = MetricError
     ignore_index, classes, class_weights = check_class_options(
         mode, average, ignore_index, classes, class_weights)
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target, device=p.device)  # counted where the predictions are
     _check_preds(p, t)
     if mode == "binary":
-        if p.shape != t.shape:
-            raise err(f"preds and target must have the same shape, got {tuple(p.shape)} "
-                      f"and {tuple(t.shape)}")
+        _binary_validate(p, t, ("preds", "target"), "")
         keep = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=bool)
         return _score_binary(value, p[keep], t[keep], threshold, zero_division)
 
     if mode == "multilabel":
-        hard, y, mask = _multilabel(p, t, threshold, ignore_index)
+        scores = _multilabel_validate_hard(p, t, ignore_index)
     else:
-        hard, y, mask = _multiclass(p, t, ignore_index, num_classes)
-    n, c = hard.shape[:2]
-    chosen, weights = select_classes(c, classes, class_weights)
-    hard, y, mask = (x.reshape(n, x.shape[1], -1) for x in (hard, y, mask))
-    if chosen is not None:
-        idx = torch.tensor(chosen, device=hard.device)
-        hard, y = hard.index_select(1, idx), y.index_select(1, idx)
-        mask = mask if mask.shape[1] == 1 else mask.index_select(1, idx)
+        scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
+    hard, y, mask = _hard_rows(scores, t, mode, threshold, ignore_index, classes, class_weights)
     f64 = torch.float64
     dims = (0, 2)
     tp = (hard & y & mask).sum(dims, dtype=f64)
     fp = (hard & ~y & mask).sum(dims, dtype=f64)
     fn = (~hard & y & mask).sum(dims, dtype=f64)
     tn = (~hard & ~y & mask).sum(dims, dtype=f64)
+    # The weights again, in float64 (class_rows gives them in the scores' dtype).
+    _, weights = select_classes(scores.shape[1], classes, class_weights)
     w = None if weights is None else torch.tensor(weights, dtype=f64, device=tp.device)
 
     if average == "micro":
@@ -118,8 +111,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5,
     # Only classes that take part are evaluated: an absent class's 0/0 never raises.
     used = v > 0
     values = torch.zeros_like(v)
-    values[used] = value(tp[used], fp[used], fn[used], tn[used],
-                                zero_division=zero_division)
+    values[used] = value(tp[used], fp[used], fn[used], tn[used], zero_division=zero_division)
     return float((v * values).sum())
 
 
@@ -141,22 +133,67 @@ def _check_preds(p: Tensor, t: Tensor) -> None:
 _MAX_ONEHOT = 2**28
 
 
+def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
+               ignore_index: int | None, classes: tuple[int, ...] | None = None,
+               class_weights: tuple[float, ...] | None = None
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(hard, y, mask)``, bool ``(N, K, M)`` (``mask``: ``(N, 1 or K, M)``), from the
+    loss's own format stage (:func:`metricc.runtime.modes.class_rows`)."""
+    if mode == "multiclass":
+        threshold = 0.5  # unused: the hard prediction is the argmax
+    if not scores.is_floating_point():  # 0/1 labels: a 1 is a positive prediction
+        scores, threshold = (scores != 0).to(torch.float32), 0.5
+    r = class_rows(scores, t, mode, False, ignore_index, classes, class_weights,
+                   threshold=threshold)
+    assert r.hard is not None
+    hard, y = r.hard, r.y > 0.5
+    if r.mask is not None:
+        mask = r.mask
+    else:
+        mask = torch.ones_like(hard[:, :1] if mode == "multiclass" else hard)
+    return hard, y, mask
+
+
 def _multilabel(p: Tensor, t: Tensor, threshold: float, ignore_index: int | None
                 ) -> tuple[Tensor, Tensor, Tensor]:
-    if p.dim() < 2 or p.shape != t.shape:
-        raise MetricError(f"mode='multilabel' needs preds and target of the same shape (N, C, *), "
-                          f"got {tuple(p.shape)} and {tuple(t.shape)}")
-    mask = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=torch.bool)
-    if not bool(((t == 0) | (t == 1) | ~mask).all()):
-        raise MetricError("multilabel target must hold only 0 and 1"
-                          + (f" (or ignore_index={ignore_index})" if ignore_index is not None
-                             else ""))
-    hard = (p >= threshold) if p.is_floating_point() else (p != 0)
-    return hard, (t == 1) & mask, mask
+    """``(hard, y, mask)`` of multilabel (or ``(N, 1, *)`` binary) hard labels, all classes."""
+    scores = _multilabel_validate_hard(p, t, ignore_index)
+    return _hard_rows(scores, t, "multilabel", threshold, ignore_index)
 
 
 def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int | None
                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(hard, y, mask)`` of multiclass hard labels, all classes."""
+    scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
+    return _hard_rows(scores, t, "multiclass", 0.5, ignore_index)
+
+
+def _check_01(t: Tensor, mask: Tensor | None, message: str) -> None:
+    """Refuse targets other than 0 and 1 (where ``mask`` is True)."""
+    ok = (t == 0) | (t == 1)
+    if not bool((ok if mask is None else ok | ~mask).all()):
+        raise MetricError(message)
+
+
+def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None) -> Tensor:
+    """Multilabel preds and 0/1 targets of one shape ``(N, C, *)``; returns the preds."""
+    if p.dim() < 2 or p.shape != t.shape:
+        raise MetricError(f"mode='multilabel' needs preds and target of the same shape (N, C, *), "
+                          f"got {tuple(p.shape)} and {tuple(t.shape)}")
+    mask = None if ignore_index is None else t != ignore_index
+    _check_01(t, mask, "multilabel target must hold only 0 and 1"
+              + (f" (or ignore_index={ignore_index})" if ignore_index is not None else ""))
+    return p
+
+
+def _multiclass_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
+                              num_classes: int | None) -> Tensor:
+    """Multiclass scores ``(N, C, *)`` or integer labels ``(N, *)`` with ``num_classes``,
+    against class indices ``(N, *)`` or one-hot ``(N, C, *)`` targets.
+
+    Returns scores of shape ``(N, C, *)`` whose argmax is the predicted class
+    (integer labels become one-hot).
+    """
     err = MetricError
     if p.is_floating_point():
         if p.dim() < 2:
@@ -165,7 +202,7 @@ def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int
         c = p.shape[1]
         if num_classes is not None and num_classes != c:
             raise err(f"num_classes={num_classes} but preds has {c} classes on dim 1")
-        pred = p.argmax(1)
+        pred_shape = (*p.shape[:1], *p.shape[2:])
     else:
         if num_classes is None:
             raise err("integer multiclass preds are class labels: pass num_classes=<C>")
@@ -176,22 +213,19 @@ def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int
             raise err(f"num_classes={c} with {p.numel()} predictions needs a one-hot layout "
                       f"of {p.numel() * c} elements (the limit is {_MAX_ONEHOT}); pass the "
                       "true number of classes")
-        pred = p
-        if pred.numel() and not bool(((pred >= 0) & (pred < c)).all()):
+        if p.numel() and not bool(((p >= 0) & (p < c)).all()):
             raise err(f"multiclass preds must be class indices in 0..{c - 1}")
+        pred_shape = tuple(p.shape)
     if c < 2:
         raise err(f"mode='multiclass' needs at least 2 classes, got {c}")
-    labels = torch.arange(c, device=pred.device).view(1, c, *([1] * (pred.dim() - 1)))
-    onehot_shape = (*pred.shape[:1], c, *pred.shape[1:])
+    onehot_shape = (*pred_shape[:1], c, *pred_shape[1:])
     if tuple(t.shape) == onehot_shape:
         if ignore_index is not None:
             raise err("ignore_index applies to class-index targets of shape (N, *); pass "
                       "class indices instead of one-hot targets")
         if not bool((((t == 0) | (t == 1)).all()) and bool((t.sum(1) == 1).all())):
             raise err("one-hot multiclass targets must hold a single 1 per element")
-        t = t.argmax(1)
-        mask = torch.ones_like(t, dtype=torch.bool)
-    elif t.shape == pred.shape:
+    elif tuple(t.shape) == pred_shape:
         if t.is_floating_point():
             raise err(f"class-index targets must be integers, got {t.dtype}; use target.long()")
         mask = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=bool)
@@ -200,9 +234,9 @@ def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int
                       + (f" (or ignore_index={ignore_index})" if ignore_index is not None
                          else ""))
     else:
-        raise err(f"multiclass target must have shape {tuple(pred.shape)} (class indices) or "
+        raise err(f"multiclass target must have shape {pred_shape} (class indices) or "
                   f"{onehot_shape} (one-hot), "
                   f"got {tuple(t.shape)}")
-    hard = pred.unsqueeze(1) == labels
-    y = (t.unsqueeze(1) == labels) & mask.unsqueeze(1)
-    return hard, y, mask.unsqueeze(1)
+    if p.is_floating_point():
+        return p
+    return torch.nn.functional.one_hot(p.long(), c).movedim(-1, 1).to(torch.float32)

@@ -216,6 +216,16 @@ def test_value_is_computed_wide() -> None:
     ([0.2, 0.4, 0.9], {"threshold": "0.5"}, "threshold must be a number"),
     (torch.empty(3, device="meta"), {}, "meta"),
 ])
+def test_multiclass_score_refuses_empty_input_and_absurd_class_counts() -> None:
+    f1 = metricc.compile("f1")
+    with pytest.raises(metricc.MetricError, match="at least one prediction"):
+        f1.score(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), mode="multiclass")
+    with pytest.raises(metricc.MetricError, match="one-hot layout"):
+        f1.score([0, 1], [0, 1], mode="multiclass", num_classes=10**9)
+    with pytest.raises(metricc.MetricError, match="num_classes must be an integer"):
+        f1.score([0, 1], [0, 1], mode="multiclass", num_classes=3.0)
+
+
 def test_score_refuses_silent_answers(preds: object, kwargs: dict, words: str) -> None:
     target = torch.empty(3, device="meta") if isinstance(preds, torch.Tensor) else [0, 1, 1]
     with pytest.raises(metricc.MetricError, match=words):
