@@ -210,12 +210,6 @@ def test_value_is_computed_wide() -> None:
     assert float(got) == pytest.approx(mcc.value(tp=300, fp=100, fn=100, tn=500), abs=1e-3)
 
 
-@pytest.mark.parametrize(("preds", "kwargs", "words"), [
-    ([0.2, math.nan, 0.9], {}, "NaN"),
-    ([0.2, 0.4, 0.9], {"threshold": math.nan}, "threshold must be a number"),
-    ([0.2, 0.4, 0.9], {"threshold": "0.5"}, "threshold must be a number"),
-    (torch.empty(3, device="meta"), {}, "meta"),
-])
 def test_multiclass_score_refuses_empty_input_and_absurd_class_counts() -> None:
     f1 = metricc.compile("f1")
     with pytest.raises(metricc.MetricError, match="at least one prediction"):
@@ -226,6 +220,12 @@ def test_multiclass_score_refuses_empty_input_and_absurd_class_counts() -> None:
         f1.score([0, 1], [0, 1], mode="multiclass", num_classes=3.0)
 
 
+@pytest.mark.parametrize(("preds", "kwargs", "words"), [
+    ([0.2, math.nan, 0.9], {}, "NaN"),
+    ([0.2, 0.4, 0.9], {"threshold": math.nan}, "threshold must be a number"),
+    ([0.2, 0.4, 0.9], {"threshold": "0.5"}, "threshold must be a number"),
+    (torch.empty(3, device="meta"), {}, "meta"),
+])
 def test_score_refuses_silent_answers(preds: object, kwargs: dict, words: str) -> None:
     target = torch.empty(3, device="meta") if isinstance(preds, torch.Tensor) else [0, 1, 1]
     with pytest.raises(metricc.MetricError, match=words):
