@@ -425,7 +425,7 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
                    "<": "write '<=': on relaxed counts a strict bound is the same bound"}[op]
             raise self.where.error(f"'{op}' is not a constraint; constraints use >= or <=: {fix}",
                                    op)
-        return _RawConstraint(lhs, op, rhs)
+        return _RawConstraint(_expr(lhs), op, _expr(rhs))
 
     def constraints(self, c: list[_RawConstraint]) -> _ConstraintClause:
         return _ConstraintClause(c)
