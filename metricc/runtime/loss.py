@@ -16,14 +16,8 @@ from torch import Tensor
 from ..errors import MetricError
 from .counts import _HALF_MAX, _counts, _rows, _to_input_dtype, _wide, overlap_share, soft_counts
 from .distributed import CountPool, count_pool
-from .modes import (
-    average_rows,
-    class_rows,
-    predicted,
-    reduce_samples,
-    validate_inputs,
-)
-from .options import check_class_options, check_number, look_up_option
+from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
+from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
 from .weights import validate_weight, weight_rows
 
@@ -125,7 +119,8 @@ class MetricLoss(torch.nn.Module):
     when none remain: see ``docs/modes.md``.
     ``backward="symbolic"`` runs the backward pass from the metric's symbolic
     partials in one elementwise pass per row; ``"autograd"`` differentiates the
-    forward. Softmax and sigmoid are left to autograd either way.
+    forward. Softmax and sigmoid are left to autograd either way. The target gets
+    no gradient in either mode (it is detached: labels, not parameters).
     ``eps`` guards every denominator, root and log (``docs/numerics.md``);
     ``validate_args`` checks the data for NaN/inf, out-of-range values and class
     indices (one min/max pass; skipped while ``torch.compile`` traces). Half and
@@ -179,24 +174,23 @@ class MetricLoss(torch.nn.Module):
         soft_label: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(soft_label, bool):
-            raise MetricError(f"soft_label must be True or False, got {soft_label!r}")
-        self.soft_label = soft_label
+        self.soft_label = check_flag("soft_label", soft_label)
         relax = RELAXATIONS[look_up_option("relaxation", relaxation)]
         for name, value in (("backward", backward), ("multidim_average", multidim_average),
                             ("reduction", reduction)):
             look_up_option(name, value)
-        relax.check_options(bool(from_logits))
-        self.amplifier = check_number("amplifier", amplifier)
-        self.slope = check_number("slope", slope)
+        from_logits = check_flag("from_logits", from_logits)
+        relax.check_options(from_logits)
+        self.amplifier = check_number("amplifier", amplifier, positive=True)
+        self.slope = check_number("slope", slope, positive=True)
         self.eps = check_number("eps", eps)
         self.relaxation = relaxation
-        self.offset = float(offset)
-        self.from_logits = bool(from_logits)
+        self.offset = check_number("offset", offset, nonnegative=False)
+        self.from_logits = from_logits
         self.backward_mode = backward
         self.multidim_average = multidim_average
         self.reduction = reduction
-        self.validate_args = bool(validate_args)
+        self.validate_args = check_flag("validate_args", validate_args)
         self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average)
         self.mode = mode
         self.average = average
@@ -256,8 +250,14 @@ class MetricLoss(torch.nn.Module):
     def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
         """The loss; ``weight`` (``>= 0``, broadcastable to ``target``) counts each element
         that many times: integer weights equal repeating the elements."""
+        # Targets are labels: no gradient flows into them, whichever the backward (the
+        # symbolic backward never gave one; autograd would have).
+        target = target.detach() if isinstance(target, Tensor) else target
+        # Under sync_dist an empty shard must still join the all-reduce (the other ranks
+        # wait for it): it adds zero counts and gets a zero gradient.
         validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index,
-                        self.validate_args)
+                        self.validate_args,
+                        allow_empty=self.pool is not None and self.pool.sync_dist)
         if weight is not None:
             weight = validate_weight(weight, target, self.validate_args)
         # One class (binary) makes every average the same; micro is the cheapest.
@@ -277,16 +277,19 @@ class MetricLoss(torch.nn.Module):
                                      and not samplewise and average != "micro"
                                      and weight is None and not self.soft_label))
         n, k, m = r.s.shape
-        w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
+        # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
+        # is inf in float16, and the counts are summed in float32+ anyway.
+        wdt = _wide(r.s.dtype)
+        w = None if r.mask is None else r.mask.to(wdt).expand(n, k, m)
         elements = r.mask  # which elements count, for the presence test below
         if weight is not None:
             per_class = self.mode != "binary" and target.shape == input.shape
-            ew = weight_rows(weight, n, per_class, self.classes, r.s.dtype)
+            ew = weight_rows(weight, n, per_class, self.classes, wdt)
             w = ew.expand(n, k, m) if w is None else w * ew
             elements = ew if r.mask is None else ew * r.mask
         if average == "micro" and r.weights is not None:
             # Micro pools the classes' counts, so a class weight scales its elements.
-            cw = r.weights.to(r.s.dtype).view(1, k, 1)
+            cw = r.weights.to(wdt).view(1, k, 1)
             w = cw.expand(n, k, m) if w is None else w * cw
 
         def rows(t: Tensor) -> Tensor:
