@@ -21,6 +21,8 @@ import lark
 import sympy
 from lark import Token
 
+from .budget import MAX_EXPONENT, check_constants
+from .budget import log10_abs as _log10_abs
 from .errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from .library import lookup, names
 from .matrix import (
@@ -40,11 +42,14 @@ from .symbols import COUNTS, DERIVED
 __all__ = [
     "FUNCTIONS",
     "Formula",
+    "ParsedConstraint",
+    "check_constants",
     "check_single_identifier",
     "check_size",
     "grammar_text",
     "known_names",
     "parse",
+    "parse_constraint",
     "substitute",
 ]
 
@@ -59,22 +64,30 @@ FUNCTIONS: dict[str, tuple[Any, int, int | None]] = {
 }
 
 MAX_LENGTH = 100_000
+#: Names, numbers and operators; counted before anything is parsed, so a huge
+#: formula is refused in milliseconds (one token builds about one node, see MAX_NODES).
+MAX_TOKENS = 10_000
 MAX_NESTING = 500
-#: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308), so neither
-#: `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
-MAX_EXPONENT = 300
+#: Function calls inside function calls (``log(log(...))``): each level makes
+#: SymPy's recursive steps (printing, derivatives, assumptions) one level deeper.
+MAX_CALL_NESTING = 30
+#: Depth of the expression tree once bindings are substituted (the deepest named
+#: metric has 8), so no later recursive step meets Python's recursion limit.
+MAX_DEPTH = 60
+# Constants stay within 10**±MAX_EXPONENT (metricc.budget; floats reach 1e308), so neither
+# `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
 #: Largest |exponent| on a non-constant base: `(TP+1)^(10^6)` is no metric.
 MAX_POWER = 100
 #: Largest expression tree once bindings are substituted; the derivative of a
 #: chain `b = a*(a+1); c = b*(b+1); ...` doubles with each line.
 MAX_NODES = 2000
-
-
-def _log10_abs(n: sympy.Number) -> float:
-    """``log10 |n|`` of a nonzero SymPy number, to within 1 (cheap for huge ints)."""
-    if n.is_Rational:
-        return (abs(int(n.p)).bit_length() - int(n.q).bit_length()) * math.log10(2)
-    return math.log10(abs(float(n))) if float(n) != 0 else -math.inf
+#: Most arguments of one min()/max(): its derivative grows with the square of the
+#: count (each argument is compared with the min of the others): 8 took 11 s.
+MAX_ARGS = 6
+#: Largest (arguments - 1) * operations of one min()/max() once bindings are
+#: substituted: min(mcc, f1, g_mean, cohen_kappa) is about 300 and takes 6 s
+#: through compile, check, loss and verify; six named metrics took 12 s.
+MAX_MINMAX_WORK = 400
 
 
 def _number_problem(e: sympy.Expr) -> str | None:
@@ -138,17 +151,32 @@ def _check_top(e: sympy.Expr) -> sympy.Expr:
 
 def check_size(expr: sympy.Expr, what: str = "formula") -> None:
     """Raise MetricError if ``expr`` breaks a size limit; shared subtrees are walked once."""
-    memo: dict[int, int] = {}
+    memo: dict[int, tuple[int, int]] = {}
 
-    def size(e: sympy.Expr) -> int:
+    def size(e: sympy.Expr) -> tuple[int, int]:
+        """(nodes, depth), both capped just past their limits."""
         key = id(e)
         if key not in memo:
             if (problem := _number_problem(e)) is not None:
                 raise MetricError(f"{what}: {problem}; metrics need no such numbers")
-            memo[key] = min(1 + sum(size(a) for a in e.args), MAX_NODES + 1)
+            parts = [size(a) for a in e.args]
+            memo[key] = (min(1 + sum(n for n, _ in parts), MAX_NODES + 1),
+                         min(1 + max((d for _, d in parts), default=0), MAX_DEPTH + 1))
+            if isinstance(e, (sympy.Min, sympy.Max)) and \
+                    (len(e.args) - 1) * memo[key][0] > MAX_MINMAX_WORK:
+                raise MetricError(
+                    f"{what}: {type(e).__name__.lower()}() of {len(e.args)} arguments of "
+                    f"{memo[key][0]} operations in all is too large to analyse (its "
+                    "derivative compares each argument with the others); use fewer or "
+                    "simpler arguments")
         return memo[key]
 
-    n = size(expr)
+    n, depth = size(expr)
+    if depth > MAX_DEPTH:
+        raise MetricError(
+            f"{what} nests more than {MAX_DEPTH} operations deep once bindings are "
+            "substituted; write it with fewer nested functions and bindings"
+        )
     if n > MAX_NODES:
         raise MetricError(
             f"{what} is too large to analyse (more than {MAX_NODES} operations once "
@@ -157,8 +185,27 @@ def check_size(expr: sympy.Expr, what: str = "formula") -> None:
 
 
 @dataclass(frozen=True)
+class ParsedConstraint:
+    """``lhs op rhs`` as written (``op`` is ``>=`` or ``<=``), sides over the counts.
+
+    ``text`` is the constraint's own source; ``line``/``column`` (1-based) point
+    at its first character, for errors found after parsing.
+    """
+
+    text: str
+    lhs: sympy.Expr
+    op: str
+    rhs: sympy.Expr
+    line: int = 1
+    column: int = 1
+
+
+@dataclass(frozen=True)
 class Formula:
-    """A parsed formula: ``expr`` over count symbols and parameter symbols."""
+    """A parsed formula: ``expr`` over count symbols and parameter symbols.
+
+    ``constraints`` holds the ``subject to`` clause, if the text has one.
+    """
 
     text: str
     expr: sympy.Expr
@@ -167,6 +214,7 @@ class Formula:
     bindings: dict[str, sympy.Expr] = field(default_factory=dict)
     #: The named metrics the formula is or uses (their parameters' ranges apply).
     metrics: tuple[str, ...] = ()
+    constraints: tuple[ParsedConstraint, ...] = ()
 
 
 def grammar_text() -> str:
@@ -196,8 +244,56 @@ class _Position:
         return MetricSyntaxError(message, self.text, tok.line or 1, tok.column or 1)
 
 
+class _Chain:
+    """A sum or product being parsed: ``a + b + c`` is one SymPy ``Add`` built at the end.
+
+    Folding ``(a + b) + c`` one operator at a time makes SymPy re-flatten and
+    re-sort the growing sum on every ``+``: quadratic, 40 s for 3,000 terms.
+    Constants are folded into one coefficient as they come, checked against the
+    size limits at once, so ``1e300*1e300*...`` never builds a huge number.
+    """
+
+    __slots__ = ("coeff", "is_sum", "terms")
+
+    def __init__(self, first: sympy.Expr, is_sum: bool) -> None:
+        self.is_sum = is_sum
+        self.coeff: sympy.Expr = sympy.S.Zero if is_sum else sympy.S.One
+        self.terms: list[sympy.Expr] = []
+        self.push(first)
+
+    def push(self, e: sympy.Expr) -> _Chain:
+        if e.is_Number:
+            self.coeff = self.coeff + e if self.is_sum else self.coeff * e
+            if (problem := _number_problem(self.coeff)) is not None:
+                raise MetricError(f"{problem}; metrics need no such numbers")
+        else:
+            self.terms.append(e)
+        return self
+
+    def build(self) -> sympy.Expr:
+        op = sympy.Add if self.is_sum else sympy.Mul
+        return _check_top(op(self.coeff, *self.terms))
+
+
+def _expr(e: Any) -> sympy.Expr:
+    """A finished SymPy expression for a parsed operand (chains are built here)."""
+    return e.build() if isinstance(e, _Chain) else e
+
+
+def _chain(e: Any, is_sum: bool) -> _Chain:
+    """``e`` as a chain of the given kind, to be extended in place."""
+    if isinstance(e, _Chain) and e.is_sum == is_sum:
+        return e
+    return _Chain(_expr(e), is_sum)
+
+
 class ToSympy(lark.Transformer):  # type: ignore[type-arg]
-    """One method per grammar alias; runs inline in the LALR parser."""
+    """One method per grammar alias; runs inline in the LALR parser.
+
+    ``add``/``sub``/``mul``/``div`` return a :class:`_Chain` that the next
+    operator of the same kind extends in place (parsing stays linear in the
+    length of the text); every other method takes finished expressions.
+    """
 
     def __init__(self, pos: _Position) -> None:
         super().__init__()
@@ -277,6 +373,9 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
             raise self.where.error(
                 f"{fname}() takes {want} argument{'s' if lo > 1 else ''}, got {len(args)}", tok
             )
+        if len(args) > MAX_ARGS:
+            raise self.where.error(
+                f"{fname}() of {len(args)} arguments; the limit is {MAX_ARGS}", tok)
         try:
             return fn(*args)  # type: ignore[no-any-return]
         except (ValueError, TypeError):
@@ -286,38 +385,67 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
                 f"{', '.join(str(a) for a in args if a.is_number and not a.is_extended_real)} "
                 "is not a real number", tok) from None
 
-    def args(self, c: list[sympy.Expr]) -> list[sympy.Expr]:
-        return list(c)
+    def args(self, c: list[Any]) -> list[sympy.Expr]:
+        return [_expr(a) for a in c]
 
-    def add(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return _check_top(c[0] + c[1])
+    def add(self, c: list[Any]) -> _Chain:
+        return _chain(c[0], True).push(_expr(c[1]))
 
-    def sub(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return _check_top(c[0] - c[1])
+    def sub(self, c: list[Any]) -> _Chain:
+        return _chain(c[0], True).push(-_expr(c[1]))
 
-    def mul(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return _check_top(c[0] * c[1])
+    def mul(self, c: list[Any]) -> _Chain:
+        return _chain(c[0], False).push(_expr(c[1]))
 
-    def div(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return _check_top(c[0] / c[1])
+    def div(self, c: list[Any]) -> _Chain:
+        return _chain(c[0], False).push(sympy.Pow(_expr(c[1]), -1))
 
-    def neg(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return -c[0]
+    def neg(self, c: list[Any]) -> sympy.Expr:
+        return -_expr(c[0])
 
-    def pos(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return c[0]
+    def pos(self, c: list[Any]) -> sympy.Expr:
+        return _expr(c[0])
 
     def pow(self, c: list[Any]) -> sympy.Expr:
-        base, op, exp = c
+        base, op, exp = _expr(c[0]), c[1], _expr(c[2])
         if (problem := _pow_problem(base, exp)) is not None:
             raise self.where.error(problem, op)
         return _check_top(base**exp)
 
     def binding(self, c: list[Any]) -> tuple[Token, sympy.Expr]:
-        return (c[0], c[1])
+        return (c[0], _expr(c[1]))
+
+    def constraint(self, c: list[Any]) -> _RawConstraint:
+        lhs, op, rhs = c
+        if op not in ("<=", ">="):
+            fix = {"==": "an equality is two constraints: write `a >= b, a <= b`",
+                   "!=": "write the side you want: `a >= b` or `a <= b`",
+                   "=>": "did you mean '>='?", "=<": "did you mean '<='?",
+                   ">": "write '>=': on relaxed counts a strict bound is the same bound",
+                   "<": "write '<=': on relaxed counts a strict bound is the same bound"}[op]
+            raise self.where.error(f"'{op}' is not a constraint; constraints use >= or <=: {fix}",
+                                   op)
+        return _RawConstraint(_expr(lhs), op, _expr(rhs))
+
+    def constraints(self, c: list[_RawConstraint]) -> _ConstraintClause:
+        return _ConstraintClause(c)
+
+    def single_constraint(self, c: list[_RawConstraint]) -> _RawConstraint:
+        return c[0]
 
     def start(self, c: list[Any]) -> list[Any]:
-        return c
+        return [_expr(x) if not isinstance(x, tuple) else x for x in c]
+
+
+class _RawConstraint(tuple):  # type: ignore[type-arg]
+    """``(lhs, op token, rhs)`` as the transformer builds it, names not yet resolved."""
+
+    def __new__(cls, lhs: sympy.Expr, op: Token, rhs: sympy.Expr) -> _RawConstraint:
+        return super().__new__(cls, (lhs, op, rhs))
+
+
+class _ConstraintClause(list):  # type: ignore[type-arg]
+    """The constraints after ``subject to``."""
 
 
 class _ParenNewlines:
@@ -330,19 +458,29 @@ class _ParenNewlines:
 
     def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         depth = 0
+        calls: list[bool] = []  # per open parenthesis: does it open a function call?
+        previous = None
         for tok in stream:
             if tok.type == "LPAR":
                 depth += 1
+                calls.append(previous is not None and previous.type == "NAME")
                 if depth > MAX_NESTING:
                     raise self.where.error(
                         f"parentheses nested more than {MAX_NESTING} deep; "
                         "split the formula with let-bindings",
                         tok,
                     )
+                if calls[-1] and sum(calls) > MAX_CALL_NESTING:
+                    raise self.where.error(
+                        f"function calls nested more than {MAX_CALL_NESTING} deep "
+                        f"(such as log(log(...))); no metric needs that many", tok)
             elif tok.type == "RPAR":
                 depth = max(depth - 1, 0)
+                if calls:
+                    calls.pop()
             elif tok.type == "_SEP" and depth > 0 and tok != ";":
                 continue
+            previous = tok
             yield tok
 
 
@@ -402,10 +540,10 @@ def _implicit_product_hint(text: str, tok: Token) -> str:
     return f" (multiplication needs '*': write {shown}*{right})"
 
 
-def _syntax_tree(text: str, pos: _Position) -> list[Any]:
+def _syntax_tree(text: str, pos: _Position, start: str = "start") -> Any:
     parser = _parser_for(pos)
     try:
-        return parser.parse(text)  # type: ignore[no-any-return]
+        return parser.parse(text, start=start)
     except lark.exceptions.VisitError as e:
         if isinstance(e.orig_exc, MetricError):
             raise e.orig_exc from None
@@ -417,11 +555,19 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
             hint = "; formulas have no strings"
         elif ch == "_" or ch.isalpha():
             hint = "; names start with a letter and use only ASCII letters, digits and '_'"
+        elif ch.isdigit() or ch.isnumeric():
+            hint = "; numbers use only the ASCII digits 0-9"
         raise MetricSyntaxError(
             f"unexpected character {ch!r}{hint}", text, e.line, e.column
         ) from None
     except lark.exceptions.UnexpectedToken as e:
         tok = e.token
+        if (tok.type in ("$END", "_SEP") and _in_constraint(text, tok, start)
+                and (missing := _constraint_hint(text, tok, e.expected))):
+            line = tok.line if tok.type == "_SEP" and tok.line else len(text.splitlines() or [""])
+            column = (tok.column if tok.type == "_SEP" and tok.column
+                      else len((text.splitlines() or [""])[-1]) + 1)
+            raise MetricSyntaxError(missing, text, line or 1, column or 1) from None
         if tok.type == "$END":
             if not text.strip() or not re.sub(r"#[^\n]*", "", text).strip(" \t\n;"):
                 raise MetricSyntaxError("empty formula: write an expression such as TP/(TP+FP)",
@@ -441,7 +587,9 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
         if set(e.expected) <= {"_SEP", "$END"}:
             msg = (f"unexpected {_describe(tok)}: a formula is one expression, on its last line; "
                    "earlier lines must be bindings `name = expression`")
-        if tok.type == "EQUAL":
+        if tok.type == "EQUAL" and _in_constraint(text, tok, start):
+            msg = "'=' is not a constraint; constraints use >= or <=, as in `recall >= 0.9`"
+        elif tok.type == "EQUAL":
             msg += _keyword_hint(text, tok.start_pos or 0)
         elif tok.type in ("NAME", "LPAR"):
             msg += _implicit_product_hint(text, tok)
@@ -451,7 +599,29 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
                                 getattr(e, "column", 1) or 1) from None
 
 
+def _in_constraint(text: str, tok: Token, start: str) -> bool:
+    """Whether ``tok`` stands in a constraint: LALR's expected sets mix contexts, so
+    ask the text (a ``subject to`` before it) or the start rule."""
+    end = len(text) if tok.type == "$END" or tok.start_pos is None else tok.start_pos
+    return start == "single_constraint" or re.search(r"\bsubject\s+to\b", text[:end]) is not None
+
+
+def _constraint_hint(text: str, tok: Token, expected: set[str]) -> str | None:
+    """A plain message for a constraint that stops short, or ``None``."""
+    end = len(text) if tok.type == "$END" or tok.start_pos is None else tok.start_pos
+    before = re.sub(r"#[^\n]*", "", text[:end])
+    if m := re.search(r"(>=|<=)\s*$", before):
+        return (f"the constraint has no bound after '{m.group(1)}': write a number or a "
+                "formula, as in `recall >= 0.9`")
+    if "COMPARE" in expected:
+        return ("a constraint compares two sides with >= or <=, as in `recall >= 0.9`; "
+                "this one has no comparison")
+    return None
+
+
 _LOCK = threading.Lock()
+_COMMENT = re.compile(r"#[^\n]*")
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_]*|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|\*\*|[^\s\\]")
 
 
 @lru_cache(maxsize=1)
@@ -464,6 +634,7 @@ def _shared_parser() -> tuple[lark.Lark, ToSympy, _ParenNewlines]:
     parser = lark.Lark(
         grammar_text(),
         parser="lalr",
+        start=["start", "single_constraint"],
         transformer=transformer,
         postlex=postlex,
         maybe_placeholders=True,
@@ -489,6 +660,10 @@ def parse(text: str) -> Formula | MatrixFormula:
         raise MetricError(f"a formula must be a string, got {type(text).__name__}")
     if len(text) > MAX_LENGTH:
         raise MetricError(f"formula is {len(text)} characters long; the limit is {MAX_LENGTH}")
+    tokens = sum(1 for _ in _TOKEN.finditer(_COMMENT.sub("", text)))
+    if tokens > MAX_TOKENS:
+        raise MetricError(f"formula has {tokens} names, numbers and operators; the limit is "
+                          f"{MAX_TOKENS} (metrics need far fewer: write a shorter formula)")
     pos = _Position(text)
     try:
         with _LOCK:
@@ -498,6 +673,109 @@ def parse(text: str) -> Formula | MatrixFormula:
         raise MetricError(
             "formula nests too deeply to analyse; split it with let-bindings"
         ) from None
+
+
+def parse_constraint(text: str) -> ParsedConstraint:
+    """Parse one constraint ``lhs >= rhs`` (or ``<=``); names must be counts or metrics.
+
+    >>> c = parse_constraint("recall >= 0.9")
+    >>> c.lhs, c.op, c.rhs
+    (TP/(FN + TP), '>=', 9/10)
+    """
+    if not isinstance(text, str):
+        raise MetricError(f"a constraint must be a string such as 'recall >= 0.9', got "
+                          f"{type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise MetricError(f"constraint is {len(text)} characters long; the limit is {MAX_LENGTH}")
+    pos = _Position(text)
+    try:
+        with _LOCK:
+            raw = _syntax_tree(text, pos, start="single_constraint")
+        start = len(text) - len(text.lstrip())
+        return _resolve_constraint(raw, text, (start, len(text.rstrip())), {}, pos)
+    except RecursionError:
+        raise MetricError("constraint nests too deeply to analyse") from None
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _clause_spans(text: str, count: int) -> list[tuple[int, int]] | None:
+    """Where each of the ``count`` constraints after ``subject to`` starts and ends.
+
+    The transformer sees values, not positions, so the spans are found again in
+    the text: the clause is split at commas and ``and`` outside parentheses.
+    """
+    code = re.sub(r"#[^\n]*", lambda m: " " * len(m.group()), text)
+    found = list(re.finditer(r"\bsubject\s+to\b", code))
+    if not found:
+        return None
+    spans, depth, start, i = [], 0, found[-1].end(), found[-1].end()
+    while i < len(code):
+        ch = code[i]
+        depth += ch == "("
+        depth -= ch == ")"
+        sep = 1 if ch == "," else 3 if re.match(r"\band\b", code[i:]) and (
+            i == 0 or not (code[i - 1].isalnum() or code[i - 1] == "_")) else 0
+        if depth == 0 and sep:
+            spans.append((start, i))
+            start = i = i + sep
+            continue
+        i += 1
+    spans.append((start, len(code.rstrip(" \t\r\n;"))))
+    out = []
+    for a, b in spans:
+        a += len(code[a:b]) - len(code[a:b].lstrip())
+        b = a + len(code[a:b].rstrip())
+        out.append((a, b))
+    return out if len(out) == count else None
+
+
+def _resolve_constraint(raw: _RawConstraint, text: str, span: tuple[int, int],
+                        defined: dict[str, sympy.Expr], pos: _Position) -> ParsedConstraint:
+    """Resolve the names of one constraint; an unknown name is a positioned error."""
+    lhs, op, rhs = raw
+    sides = []
+    for side in (lhs, rhs):
+        subs: dict[sympy.Symbol, sympy.Expr] = {}
+        for sym in side.atoms(_Name):
+            name = sym.name
+            if name in defined:
+                subs[sym] = defined[name]
+            elif name in COUNTS:
+                subs[sym] = COUNTS[name]
+            elif name in DERIVED:
+                subs[sym] = DERIVED[name]
+            elif (metric := lookup(name)) is not None:
+                if metric.matrix:
+                    raise _error_at(text, span, name, f"'{name}' is a K x K metric; constraints "
+                                    "apply to 2 x 2 metrics for now")
+                inner = _library_formula(metric.name)
+                if inner.parameters and not set(inner.parameters) <= set(inner.defaults):
+                    missing = sorted(set(inner.parameters) - set(inner.defaults))
+                    raise _error_at(text, span, name, f"metric '{name}' has parameters "
+                                    f"{', '.join(missing)} with no default; write its formula "
+                                    "with numbers in the constraint")
+                subs[sym] = substitute(inner.expr, {sympy.Symbol(k): sympy.Rational(str(v))
+                                                    for k, v in inner.defaults.items()})
+            else:
+                known = known_names() + list(defined)
+                raise _error_at(text, span, name, f"unknown metric '{name}' in a constraint"
+                                f"{suggest(name, known)}; each side is a number, a count, a "
+                                "named metric (`metricc list`) or a formula over them")
+        expr = side.xreplace(subs) if subs else side
+        check_size(expr, "constraint")
+        sides.append(expr)
+    line, column = _line_column(text, span[0])
+    return ParsedConstraint(text[span[0]:span[1]], sides[0], str(op), sides[1], line, column)
+
+
+def _error_at(text: str, span: tuple[int, int], name: str, message: str) -> MetricSyntaxError:
+    m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text[span[0]:span[1]])
+    offset = span[0] + (m.start() if m else 0)
+    return MetricSyntaxError(message, text, *_line_column(text, offset))
 
 
 def _uses_matrix(parts: list[Any]) -> bool:
@@ -514,8 +792,15 @@ def _uses_matrix(parts: list[Any]) -> bool:
 
 
 def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFormula:
+    clause: _ConstraintClause | None = None
+    if parts and isinstance(parts[-1], _ConstraintClause):
+        *parts, clause = parts
     *bindings, body = parts
     if _uses_matrix(parts):
+        if clause:
+            raise MetricSyntaxError("constraints apply to 2 x 2 metrics for now; a K x K "
+                                    "formula cannot take a 'subject to' clause", text,
+                                    *_line_column(text, text.rfind("subject")))
         return resolve_matrix(text, bindings, body, pos, FUNCTIONS, _library_matrix)
     defined: dict[str, sympy.Expr] = {}
     later = {str(tok): tok for tok, _ in bindings}
@@ -569,6 +854,11 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFor
     check_size(result)
     unused = set(params) & set(defined)
     params -= unused
+    constraints: tuple[ParsedConstraint, ...] = ()
+    if clause:
+        spans = _clause_spans(text, len(clause)) or [(0, len(text))] * len(clause)
+        constraints = tuple(_resolve_constraint(raw, text, span, defined, pos)
+                            for raw, span in zip(clause, spans, strict=True))
     return Formula(
         text=text,
         expr=result,
@@ -576,6 +866,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFor
         defaults=defaults,
         bindings=dict(defined),
         metrics=tuple(metrics),
+        constraints=constraints,
     )
 
 

@@ -11,6 +11,7 @@ counts (``Metric.value``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,11 @@ def score(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
           ignore_index: int | None = None, classes: Any = None, class_weights: Any = None,
           num_classes: int | None = None) -> Any:
     """The metric on hard labels; see :meth:`metricc.Metric.score`."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or math.isnan(threshold):
+        # A nan threshold makes every comparison False: a silent 0.0. (±inf are fine:
+        # every element negative, or positive.)
+        raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
     if mode != "binary" or ignore_index is not None:
         return score_classes(value, preds, target, threshold, mode=mode, average=average,
                              ignore_index=ignore_index, classes=classes,
@@ -45,8 +51,7 @@ def _score_binary(value: Value, preds: Any, target: Any, threshold: float,
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target)
     _binary_validate(p, t, ("preds", "target"), "")
-    if p.numel() == 0:
-        raise MetricError("score() needs at least one prediction")
+    _check_preds(p, t)
     _check_01(t, None, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
     hard = (p >= threshold) if p.is_floating_point() else (p != 0)
     yt = t.to(torch.bool)
@@ -74,6 +79,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5,
         mode, average, ignore_index, classes, class_weights)
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target, device=p.device)  # counted where the predictions are
+    _check_preds(p, t)
     if mode == "binary":
         _binary_validate(p, t, ("preds", "target"), "")
         keep = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=bool)
@@ -107,6 +113,24 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5,
     values = torch.zeros_like(v)
     values[used] = value(tp[used], fp[used], fn[used], tn[used], zero_division=zero_division)
     return float((v * values).sum())
+
+
+def _check_preds(p: Tensor, t: Tensor) -> None:
+    """Refuse what would crash later or count silently wrong."""
+    if p.numel() == 0 or t.numel() == 0:
+        raise MetricError("score() needs at least one prediction")
+    if "meta" in (p.device.type, t.device.type):
+        raise MetricError("score() needs real tensors; meta tensors hold no values")
+    if p.is_complex() or t.is_complex():
+        raise MetricError("score() needs real predictions and targets, got complex numbers")
+    if p.is_floating_point() and bool(torch.isnan(p).any()):
+        # NaN >= threshold is False: a NaN would count as a negative prediction.
+        raise MetricError("preds contain NaN; check the model output (a NaN would count as "
+                          "a negative prediction)")
+
+
+#: Most elements of the (N, C, *) one-hot layout score() builds for multiclass labels.
+_MAX_ONEHOT = 2**28
 
 
 def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
@@ -182,7 +206,13 @@ def _multiclass_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
     else:
         if num_classes is None:
             raise err("integer multiclass preds are class labels: pass num_classes=<C>")
-        c = int(num_classes)
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int):
+            raise err(f"num_classes must be an integer, got {num_classes!r}")
+        c = num_classes
+        if p.numel() * c > _MAX_ONEHOT:
+            raise err(f"num_classes={c} with {p.numel()} predictions needs a one-hot layout "
+                      f"of {p.numel() * c} elements (the limit is {_MAX_ONEHOT}); pass the "
+                      "true number of classes")
         if p.numel() and not bool(((p >= 0) & (p < c)).all()):
             raise err(f"multiclass preds must be class indices in 0..{c - 1}")
         pred_shape = tuple(p.shape)
