@@ -244,17 +244,7 @@ def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: 
 
     from .runtime.loss import MetricLoss
 
-    filename = f"<metricc {abs(hash(kernels_source)):x}>"
-    # linecache lets tracebacks and torch.compile show the generated lines; it keeps the
-    # latest LINECACHE_SIZE sources (like the compile cache), not one per formula forever.
-    linecache.cache[filename] = (len(kernels_source), None, kernels_source.splitlines(True),
-                                 filename)
-    _LINECACHE_KEYS.pop(filename, None)
-    _LINECACHE_KEYS[filename] = None
-    while len(_LINECACHE_KEYS) > LINECACHE_SIZE:
-        oldest = next(iter(_LINECACHE_KEYS))
-        del _LINECACHE_KEYS[oldest]
-        linecache.cache.pop(oldest, None)
+    filename = remember_source(f"<metricc {abs(hash(kernels_source)):x}>", kernels_source)
     namespace: dict[str, Any] = {"torch": torch}
     exec(builtins.compile(kernels_source, filename, "exec"), namespace)
     attrs = {
@@ -268,7 +258,7 @@ def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: 
     }
     class_name = ("".join(part.capitalize() for part in name.split("_")) + "Loss" if name
                   else "MetricLoss_")
-    attrs["forward"] = _own_copy(MetricLoss.forward, f"{class_name}.forward")
+    attrs["forward"] = own_copy(MetricLoss.forward, f"{class_name}.forward")
     return type(class_name, (MetricLoss,), attrs)
 
 
@@ -277,7 +267,23 @@ LINECACHE_SIZE = 256
 _LINECACHE_KEYS: dict[str, None] = {}
 
 
-def _own_copy(fn: Any, qualname: str) -> Any:
+def remember_source(filename: str, source: str) -> str:
+    """Put generated ``source`` in ``linecache`` under ``filename`` and return the name.
+
+    linecache lets tracebacks and torch.compile show the generated lines; it keeps the
+    latest LINECACHE_SIZE sources (like the compile cache), not one per formula forever.
+    """
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    _LINECACHE_KEYS.pop(filename, None)
+    _LINECACHE_KEYS[filename] = None
+    while len(_LINECACHE_KEYS) > LINECACHE_SIZE:
+        oldest = next(iter(_LINECACHE_KEYS))
+        del _LINECACHE_KEYS[oldest]
+        linecache.cache.pop(oldest, None)
+    return filename
+
+
+def own_copy(fn: Any, qualname: str) -> Any:
     """``fn`` with a code object of its own.
 
     torch.compile caches compiled frames per code object: every generated class

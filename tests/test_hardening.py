@@ -375,6 +375,28 @@ def test_every_generated_class_has_its_own_forward_for_torch_compile() -> None:
         torch._dynamo.reset()
 
 
+def test_every_matrix_loss_class_has_its_own_forward_for_torch_compile() -> None:
+    """The K x K losses too: compiling a second K x K metric must not count as a recompile."""
+    import torch._dynamo
+
+    names = ("quadratic_kappa", "multiclass_mcc")
+    classes = [metricc.compile(n).loss_class for n in names]
+    assert classes[0].forward.__code__ is not classes[1].forward.__code__
+    x = torch.randn(32, 4, dtype=torch.float64, requires_grad=True)
+    y = torch.arange(32) % 4
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 1
+    try:
+        for name in names:
+            loss = metricc.compile(name).loss(from_logits=True)
+            value = torch.compile(loss, fullgraph=True, backend="aot_eager")(x, y)
+            value.backward()
+            assert float(value) == pytest.approx(float(loss(x, y)), rel=1e-9)
+    finally:
+        torch._dynamo.config.recompile_limit = limit
+        torch._dynamo.reset()
+
+
 def test_linecache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     import linecache
 
