@@ -100,12 +100,15 @@ def main() -> None:
                 lines = (Path(tmp) / step[1]).read_text(encoding="utf-8").splitlines()
                 start = next(i for i, ln in enumerate(lines) if ln.startswith("class F2Loss"))
                 shown = lines[:32] if step[0] == "head" else lines[start:]
-                parts += ["```python", *shown, "```", ""]
+                parts += ["<!-- not run: an excerpt of the generated f2_loss.py -->", "```python",
+                          *shown, "```", ""]
                 continue
             if isinstance(step, tuple) and step[0] == "python":
                 (Path(tmp) / "use_loss.py").write_text(step[1])
                 out, code = _run([sys.executable, "use_loss.py"], tmp)
-                parts += ["```python", step[1].rstrip(), "```", "", "```console",
+                parts += ["<!-- not run: needs f2_loss.py, written by the command above; this "
+                          "script runs it and shows its output -->", "```python",
+                          step[1].rstrip(), "```", "", "```console",
                           "$ python use_loss.py", out.rstrip(), "```", ""]
                 continue
             if isinstance(step, tuple) and step[0] == "stdin":

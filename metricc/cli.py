@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from .errors import MetricError, MissingParameterError
+from .runtime.options import RELAXATION_NAMES
 
 __all__ = ["build_parser", "main"]
 
@@ -62,7 +63,7 @@ def _params(args: argparse.Namespace) -> dict[str, float]:
     return {k: _number(k, v) for k, v in _pairs(args.param, "--param")}
 
 
-def _option_value(key: str, text: str) -> Any:
+def _option_value(text: str) -> Any:
     """``--option`` values: Python literals (numbers, True/False/None, quoted strings),
     else the bare word as a string (``reduction=sum``). Never evaluated as code."""
     try:
@@ -168,7 +169,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from .standalone import emit_standalone
 
     m = _compile(args)
-    options = {k: _option_value(k, v) for k, v in _pairs(args.option, "--option")}
+    options = {k: _option_value(v) for k, v in _pairs(args.option, "--option")}
     if args.from_logits:
         options["from_logits"] = True
     if "relaxation" in options:
@@ -211,7 +212,8 @@ example:
   metricc grad f1
   metricc grad "TP/(TP + alpha*FP + beta*FN)" -p alpha=0.3 -p beta=0.7 --latex
 
-g1 and g0 are the two numbers the symbolic backward pass needs (DESIGN.md, section 3).""",
+g1 and g0 are the two numbers per confusion matrix the symbolic backward pass needs:
+d loss/d a_i is y_i g1 + (1 - y_i) g0 (docs/architecture.md).""",
     "check": """\
 example:
   metricc check mcc
@@ -245,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("compile", cmd_compile, "write a standalone loss module that needs only torch")
     _add_formula(p, "FORMULA_OR_NAME")
-    p.add_argument("--relaxation", choices=("anyloss", "linear", "sigmoid"), default="anyloss",
+    p.add_argument("--relaxation", choices=RELAXATION_NAMES, default="anyloss",
                    help="how predictions are relaxed to soft 0/1 (default: anyloss)")
     p.add_argument("--name", metavar="CLASS",
                    help="the loss class name (default: from the metric, e.g. F1Loss)")

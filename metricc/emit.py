@@ -1,26 +1,35 @@
-"""Stage 3: SymPy -> PyTorch source.
+"""Stage 3: SymPy -> PyTorch source, and the loss class that runs it.
 
 Only validated SymPy trees reach this module; the source it writes names
 nothing from the user's text (parameters were substituted by numbers, and the
 only variables are ``TP FP FN TN eps`` and the ``x0, x1, ...`` of ``sympy.cse``).
+:func:`build_loss_class` executes that source (and nothing else) into a
+subclass of :class:`metricc.runtime.loss.MetricLoss`.
 """
 
 from __future__ import annotations
 
+import builtins
+import inspect
 import keyword
+import linecache
 import math
 import re
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sympy
 from sympy.printing.pytorch import TorchPrinter
 
-from .analyse import EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE, backward_coefficients, guard
+from .analyse import backward_coefficients, guard
 from .errors import MetricError
-from .parse import COUNTS
+from .symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
 
-__all__ = ["KERNEL_NAMES", "MetricPrinter", "emit_kernels"]
+if TYPE_CHECKING:
+    from .runtime.loss import MetricLoss
+
+__all__ = ["KERNEL_NAMES", "MetricPrinter", "build_loss_class", "emit_kernels",
+           "loss_parameters"]
 
 KERNEL_NAMES = ("metric_value", "metric_and_coefficients")
 _ALLOWED_NAMES = {*COUNTS, "eps"}
@@ -29,7 +38,8 @@ _ALLOWED_NAMES = {*COUNTS, "eps"}
 class MetricPrinter(TorchPrinter):
     """TorchPrinter with readable powers and elementwise min/max on tensors.
 
-    One ``_print_X`` per node SymPy may produce for a metric or its derivative.
+    One ``_print_X`` per node SymPy may produce for a metric or its derivative where
+    TorchPrinter's own does not fit (``abs`` and ``sign`` are TorchPrinter's).
     """
 
     def __init__(self) -> None:
@@ -118,12 +128,6 @@ class MetricPrinter(TorchPrinter):
         # H(0) = 1/2, the subgradient midpoint, as SymPy's default.
         return f"((torch.sign({self._print(expr.args[0])}) + 1)/2)"
 
-    def _print_sign(self, expr: sympy.sign) -> str:
-        return f"torch.sign({self._print(expr.args[0])})"
-
-    def _print_Abs(self, expr: sympy.Abs) -> str:
-        return f"torch.abs({self._print(expr.args[0])})"
-
     def _print_Symbol(self, expr: sympy.Symbol) -> str:
         name = expr.name
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
@@ -211,3 +215,43 @@ def emit_kernels(expr: sympy.Expr) -> str:
         [("value", guarded), ("g1", g1), ("g0", g0)],
     )
     return textwrap.dedent(value) + "\n\n" + both
+
+
+def loss_parameters() -> list[inspect.Parameter]:
+    """The options of :class:`MetricLoss`: its ``__init__`` parameters after ``self``.
+
+    ``Metric.loss`` checks option names against them and standalone files copy
+    them into their class's signature.
+    """
+    from .runtime.loss import MetricLoss
+
+    return list(inspect.signature(MetricLoss.__init__).parameters.values())[1:]
+
+
+def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: sympy.Expr,
+                     higher_is_better: bool) -> type[MetricLoss]:
+    """A :class:`MetricLoss` subclass holding the kernels of ``kernels_source``.
+
+    ``kernels_source`` must come from :func:`emit_kernels`: it is executed.
+    """
+    import torch
+
+    from .runtime.loss import MetricLoss
+
+    filename = f"<metricc {abs(hash(kernels_source)):x}>"
+    # linecache lets tracebacks and torch.compile show the generated lines.
+    linecache.cache[filename] = (len(kernels_source), None, kernels_source.splitlines(True),
+                                 filename)
+    namespace: dict[str, Any] = {"torch": torch}
+    exec(builtins.compile(kernels_source, filename, "exec"), namespace)
+    attrs = {
+        **{k: staticmethod(namespace[k]) for k in KERNEL_NAMES},
+        "formula": formula,
+        "source": kernels_source,
+        "higher_is_better": higher_is_better,
+        "__module__": "metricc.generated",
+        "__doc__": f"Loss for the metric {formula!r} = {expr}.",
+    }
+    class_name = ("".join(part.capitalize() for part in name.split("_")) + "Loss" if name
+                  else "MetricLoss_")
+    return type(class_name, (MetricLoss,), attrs)

@@ -1,10 +1,14 @@
 """Exceptions and warnings raised by metricc.
 
 Every mistake a user can make raises a :class:`MetricError`, which is a
-``ValueError``, so ``except ValueError`` in user code keeps working.
+``ValueError``, so ``except ValueError`` in user code keeps working. Standalone
+loss files carry this module too (it needs only the standard library), so a
+standalone loss raises the same classes.
 """
 
 from __future__ import annotations
+
+import difflib
 
 __all__ = [
     "MetricError",
@@ -13,6 +17,8 @@ __all__ = [
     "MissingParameterError",
     "UnknownNameError",
     "VerificationError",
+    "suggest",
+    "suggest_all",
 ]
 
 
@@ -56,3 +62,40 @@ class VerificationError(MetricError):
 
 class MetricWarning(UserWarning):
     """A metric that is legal but likely a mistake as a training objective."""
+
+
+def _close_names(name: str, candidates: list[str]) -> list[str]:
+    """The candidates ``name`` is a likely typo of: a case slip first, else up to three close ones."""
+    lowered = {c.lower(): c for c in candidates}
+    if name.lower() in lowered and lowered[name.lower()] != name:
+        return [lowered[name.lower()]]
+    return difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+
+
+def suggest(name: str, candidates: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for a likely typo, else the empty string.
+
+    >>> suggest("anyloos", ["anyloss", "linear"])
+    " (did you mean 'anyloss'?)"
+    """
+    close = _close_names(name, candidates)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
+
+
+def suggest_all(names: list[str], candidates: list[str]) -> str:
+    """One note for several likely typos: `` (did you mean 'FP' for 'fp', 'TP' for 'tp'?)``.
+
+    >>> suggest_all(["fp", "tp"], ["TP", "FP", "FN", "TN"])
+    " (did you mean 'FP' for 'fp', 'TP' for 'tp'?)"
+    >>> suggest_all(["tp"], ["TP"])
+    " (did you mean 'TP'?)"
+    """
+    found = [(n, close) for n in names if (close := _close_names(n, candidates))]
+    if not found:
+        return ""
+    if len(names) == 1:
+        return suggest(names[0], candidates)
+    parts = [" or ".join(f"'{c}'" for c in close) + f" for '{n}'" for n, close in found]
+    return " (did you mean " + ", ".join(parts) + "?)"

@@ -1,11 +1,11 @@
-"""The named metrics: formula, parameters, aliases, direction and scikit-learn reference."""
+"""The named metrics: formula, parameters, aliases, direction and scikit-learn counterpart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ALIASES", "METRICS", "NamedMetric", "lookup", "names", "sklearn_reference"]
+__all__ = ["ALIASES", "METRICS", "NamedMetric", "lookup", "names"]
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class NamedMetric:
 
     ``sklearn`` names the scikit-learn call it must agree with on hard binary
     labels (``None`` where scikit-learn has none; the tests then use
-    ``sklearn.metrics.confusion_matrix``).
+    ``sklearn.metrics.confusion_matrix``): ``tests/oracles.py`` holds the references.
     """
 
     name: str
@@ -114,78 +114,3 @@ def lookup(name: str) -> NamedMetric | None:
 def names() -> list[str]:
     """Every name and alias a formula or ``metricc.compile`` accepts."""
     return sorted([*METRICS, *ALIASES])
-
-
-def sklearn_reference(name: str, **params: float) -> Callable[..., float]:
-    """A function ``(y_true, y_pred) -> float`` computing ``name`` with scikit-learn.
-
-    Used by the tests as the independent reference; needs scikit-learn.
-
-    >>> import numpy as np
-    >>> sklearn_reference("f1")(np.array([0, 1, 1]), np.array([0, 1, 0]))
-    0.666...
-    """
-    import numpy as np
-    from sklearn import metrics as skm
-
-    metric = lookup(name)
-    if metric is None:
-        raise KeyError(name)
-    p = {**metric.params, **params}
-
-    def cm(y: np.ndarray, yhat: np.ndarray) -> tuple[float, float, float, float]:
-        tn, fp, fn, tp = skm.confusion_matrix(y, yhat, labels=[0, 1]).ravel()
-        return float(tp), float(fp), float(fn), float(tn)
-
-    def g_mean(y: np.ndarray, yhat: np.ndarray) -> float:
-        tp, fp, fn, tn = cm(y, yhat)
-        return float(np.sqrt(tp / (tp + fn) * tn / (tn + fp)))
-
-    def markedness(y: np.ndarray, yhat: np.ndarray) -> float:
-        return float(skm.precision_score(y, yhat) + skm.precision_score(y, yhat, pos_label=0) - 1)
-
-    def fowlkes_mallows(y: np.ndarray, yhat: np.ndarray) -> float:
-        return float(np.sqrt(skm.precision_score(y, yhat) * skm.recall_score(y, yhat)))
-
-    def prevalence_threshold(y: np.ndarray, yhat: np.ndarray) -> float:
-        tpr = skm.recall_score(y, yhat)
-        fpr = 1 - skm.recall_score(y, yhat, pos_label=0)
-        return float((np.sqrt(tpr * fpr) - fpr) / (tpr - fpr))
-
-    def tversky(y: np.ndarray, yhat: np.ndarray) -> float:
-        tp, fp, fn, _ = cm(y, yhat)
-        return tp / (tp + p["alpha"] * fp + p["beta"] * fn)
-
-    def dor(y: np.ndarray, yhat: np.ndarray) -> float:
-        tp, fp, fn, tn = cm(y, yhat)
-        return tp * tn / (fp * fn)
-
-    refs: dict[str, Callable[..., float]] = {
-        "accuracy": skm.accuracy_score,
-        "balanced_accuracy": skm.balanced_accuracy_score,
-        "precision": skm.precision_score,
-        "recall": skm.recall_score,
-        "specificity": lambda y, yh: skm.recall_score(y, yh, pos_label=0),
-        "npv": lambda y, yh: skm.precision_score(y, yh, pos_label=0),
-        "fpr": lambda y, yh: 1 - skm.recall_score(y, yh, pos_label=0),
-        "fnr": lambda y, yh: 1 - skm.recall_score(y, yh),
-        "fdr": lambda y, yh: 1 - skm.precision_score(y, yh),
-        "f1": skm.f1_score,
-        "fbeta": lambda y, yh: skm.fbeta_score(y, yh, beta=p["beta"]),
-        "jaccard": skm.jaccard_score,
-        "dice": skm.f1_score,
-        "tversky": tversky,
-        "mcc": skm.matthews_corrcoef,
-        "cohen_kappa": skm.cohen_kappa_score,
-        "g_mean": g_mean,
-        "informedness": lambda y, yh: skm.balanced_accuracy_score(y, yh, adjusted=True),
-        "markedness": markedness,
-        "fowlkes_mallows": fowlkes_mallows,
-        "prevalence_threshold": prevalence_threshold,
-        "lr_plus": lambda y, yh: skm.class_likelihood_ratios(y, yh)[0],
-        "lr_minus": lambda y, yh: skm.class_likelihood_ratios(y, yh)[1],
-        "diagnostic_odds_ratio": dor,
-        "error_rate": lambda y, yh: 1 - skm.accuracy_score(y, yh),
-    }
-    fn = refs[metric.name]
-    return lambda y, yhat: float(fn(np.asarray(y), np.asarray(yhat)))

@@ -1,9 +1,12 @@
-"""``metricc.compile``: the pipeline parse -> analyse -> emit -> run, behind one object."""
+"""``metricc.compile``: the pipeline parse -> analyse -> emit -> run, behind one object.
+
+:class:`Metric` is a facade: the work is done by :mod:`metricc.parse`,
+:mod:`metricc.analyse`, :mod:`metricc.check`, :mod:`metricc.emit`,
+:mod:`metricc.score` and :mod:`metricc.verify` (``docs/architecture.md``).
+"""
 
 from __future__ import annotations
 
-import builtins
-import linecache
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -13,28 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 import sympy
 
-from .analyse import Analysis, CheckReport, analyse, check, undefined_where
-from .errors import MetricError, MetricWarning, MissingParameterError
+from .analyse import Analysis, analyse
+from .check import CheckReport, check
+from .errors import MetricError, MetricWarning, MissingParameterError, suggest, suggest_all
 from .library import lookup
-from .parse import (
-    COUNTS,
-    Formula,
-    check_single_identifier,
-    known_names,
-    parse,
-    substitute,
-    suggest,
-    suggest_all,
-)
+from .parse import Formula, check_single_identifier, known_names, parse, substitute
+from .symbols import COUNTS
+from .verify import VerificationReport, verify
 
 if TYPE_CHECKING:
-
-    from .runtime import MetricLoss
+    from .runtime.loss import MetricLoss
+    from .stateful import StatefulMetric
     from .threshold import ThresholdChoice
-    from .verify import VerificationReport
 
-# emit (through SymPy's TorchPrinter) imports torch: it is imported where kernels
-# are first needed, so that `metricc grad`/`metricc list` never load torch.
+# emit (through SymPy's TorchPrinter) and score import torch: they are imported where
+# first needed, so that `metricc grad`/`metricc list` never load torch.
 
 __all__ = ["Metric", "compile"]
 
@@ -91,6 +87,12 @@ class Metric:
                                     for a in sympy.preorder_traversal(expr)):
             raise MetricError(f"formula {self.text.strip()!r} is complex-valued")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The generated loss class cannot be pickled: a Metric travels as its formula and is
+        # compiled again (cached) where it lands, e.g. inside a pickled StatefulMetric.
+        return (_recompile, (self.text, tuple(sorted(self.parameters.items())),
+                             self.higher_is_better))
+
     def __repr__(self) -> str:
         label = self.name or self.text.strip()
         return f"Metric({label!r}, expr={self.expr}, higher_is_better={self.higher_is_better})"
@@ -126,7 +128,7 @@ class Metric:
         """Where the metric is undefined, its monotonicity in each count and its range.
 
         Decided symbolically where SymPy can, else by sampling (each verdict says
-        which); see :func:`metricc.analyse.check`. Computed once per metric.
+        which); see :func:`metricc.check.check`. Computed once per metric.
 
         >>> import metricc
         >>> r = metricc.compile("f1").check()
@@ -202,32 +204,56 @@ class Metric:
         ...                                 num_classes=3, average="micro")
         0.5
         """
-        if mode != "binary" or ignore_index is not None:
-            from .modes import score_classes
+        from .score import score
 
-            return score_classes(self, preds, target, threshold, mode=mode, average=average,
-                                 ignore_index=ignore_index, classes=classes,
-                                 class_weights=class_weights, num_classes=num_classes,
-                                 zero_division=zero_division)
-        import torch
+        return score(self.value, preds, target, threshold, zero_division=zero_division,
+                     mode=mode, average=average, ignore_index=ignore_index, classes=classes,
+                     class_weights=class_weights, num_classes=num_classes)
 
-        p = torch.as_tensor(preds)
-        t = torch.as_tensor(target)
-        if p.shape != t.shape:
-            raise MetricError(f"preds and target must have the same shape, got {tuple(p.shape)} "
-                              f"and {tuple(t.shape)}")
-        if p.numel() == 0:
-            raise MetricError("score() needs at least one prediction")
-        if not bool(((t == 0) | (t == 1)).all()):
-            raise MetricError("target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
-        hard = (p >= threshold) if p.is_floating_point() else (p != 0)
-        yt = t.to(torch.bool)
-        f64 = torch.float64
-        tp = (hard & yt).sum(dtype=f64)
-        fp = (hard & ~yt).sum(dtype=f64)
-        fn = (~hard & yt).sum(dtype=f64)
-        tn = (~hard & ~yt).sum(dtype=f64)
-        return float(self.value(tp, fp, fn, tn, zero_division=zero_division))
+    def metric(self, *, mode: str = "binary", num_classes: int | None = None,
+               threshold: float = 0.5, from_logits: bool = False, average: str = "macro",
+               multidim_average: str = "global", ignore_index: int | None = None,
+               classes: Any = None, class_weights: Any = None,
+               zero_division: float | None = 0.0, absent_classes: str = "torchmetrics",
+               validate_args: bool = True, **kwargs: Any) -> StatefulMetric:
+        """A ``torchmetrics.Metric`` of this formula on hard labels, exact over batches and ranks.
+
+        Its states are the confusion counts of each class, summed over
+        ``update()`` calls and (by torchmetrics' sync) over ranks; ``compute()``
+        evaluates the formula on them. ``mode``, ``average`` (``micro``,
+        ``macro``, ``weighted``, ``none``), ``multidim_average`` (``global``,
+        ``samplewise``), ``ignore_index``, ``classes`` and ``class_weights``
+        act as in :meth:`loss` and :meth:`score`; ``num_classes`` (the size of
+        dim 1) is required for ``multiclass`` and ``multilabel``. Predictions
+        are ``preds >= threshold`` (after a sigmoid when ``from_logits``) or
+        the argmax over classes (``multiclass``). ``zero_division`` is the
+        value of a confusion matrix where the formula is undefined (``0/0``):
+        ``0`` like torchmetrics and scikit-learn, ``float('nan')``, or ``None``
+        to raise. ``absent_classes`` decides whether ``macro`` averages count a
+        class with no target and no prediction: ``"torchmetrics"`` (skip it
+        in multiclass, score it ``zero_division`` in multilabel),
+        ``"skip"`` (metricc's loss and score rule, docs/modes.md) or
+        ``"include"``. Other keyword arguments go to ``torchmetrics.Metric``
+        (``sync_on_compute``, ``process_group``, ...). Needs ``torchmetrics``;
+        see docs/stateful.md.
+
+        >>> import torch, metricc
+        >>> iou = metricc.compile("jaccard").metric(mode="multiclass", num_classes=3)
+        >>> iou.update(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 2, 2, 1]))
+        >>> round(float(iou.compute()), 4)   # (1 + 0 + 1/3) / 3
+        0.4444
+        """
+        try:
+            from .stateful import StatefulMetric
+        except ImportError as e:
+            raise MetricError(f"Metric.metric() needs torchmetrics ({e}); install it with "
+                              "pip install 'metricc[torchmetrics]'") from None
+        return StatefulMetric(
+            self, mode=mode, num_classes=num_classes, threshold=threshold,
+            from_logits=from_logits, average=average, multidim_average=multidim_average,
+            ignore_index=ignore_index, classes=classes, class_weights=class_weights,
+            zero_division=zero_division, absent_classes=absent_classes,
+            validate_args=validate_args, **kwargs)
 
     def best_threshold(self, scores: Any, target: Any, *,
                        zero_division: float | None = None) -> ThresholdChoice:
@@ -241,29 +267,13 @@ class Metric:
 
     @property
     def loss_class(self) -> type[MetricLoss]:
-        """The :class:`metricc.runtime.MetricLoss` subclass holding the generated kernels."""
+        """The :class:`metricc.runtime.loss.MetricLoss` subclass holding the generated kernels."""
         if self._loss_class is None:
-            import torch
+            from .emit import build_loss_class
 
-            from .runtime import MetricLoss
-
-            source = self.kernels_source
-            filename = f"<metricc {abs(hash(source)):x}>"
-            # linecache lets tracebacks and torch.compile show the generated lines.
-            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-            namespace: dict[str, Any] = {"torch": torch}
-            exec(builtins.compile(source, filename, "exec"), namespace)
-            attrs = {
-                "metric_value": staticmethod(namespace["metric_value"]),
-                "metric_and_coefficients": staticmethod(namespace["metric_and_coefficients"]),
-                "formula": self.text.strip(),
-                "source": source,
-                "higher_is_better": self.higher_is_better,
-                "error_class": MetricError,
-                "__module__": "metricc.generated",
-                "__doc__": f"Loss for the metric {self.text.strip()!r} = {self.expr}.",
-            }
-            self._loss_class = type(_class_name(self.name), (MetricLoss,), attrs)
+            self._loss_class = build_loss_class(self.kernels_source, self.name,
+                                                self.text.strip(), self.expr,
+                                                self.higher_is_better)
         return self._loss_class
 
     def loss(self, relaxation: str = "anyloss", *, warn_monotonicity: bool = True,
@@ -292,11 +302,9 @@ class Metric:
         >>> round(loss(x, torch.tensor([1.0, 0.0, 1.0])).item(), 4)
         0.0
         """
-        import inspect
+        from .emit import loss_parameters
 
-        from .runtime import MetricLoss
-
-        allowed = [p for p in inspect.signature(MetricLoss.__init__).parameters if p != "self"]
+        allowed = [p.name for p in loss_parameters()]
         for key in options:
             if key not in allowed:
                 raise MetricError(f"unknown loss option {key!r}{suggest(key, allowed)}; "
@@ -338,8 +346,6 @@ class Metric:
         >>> metricc.compile("f1").verify(derivatives={"TP": "2*(FP+FN)/(2*TP+FP+FN)^2"}).ok
         True
         """
-        from .verify import verify
-
         return verify(self, derivatives=derivatives, **options)
 
 
@@ -354,12 +360,6 @@ def _analysis_errors(text: str) -> Iterator[None]:
         raise
     except (ArithmeticError, TypeError, ValueError, AttributeError, NotImplementedError) as e:
         raise MetricError(f"could not analyse formula {text.strip()!r}: {e}") from None
-
-
-def _class_name(name: str | None) -> str:
-    if not name:
-        return "MetricLoss_"
-    return "".join(part.capitalize() for part in name.split("_")) + "Loss"
 
 
 def compile(formula: str, *, higher_is_better: bool | None = None, **params: float) -> Metric:
@@ -392,6 +392,11 @@ def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None
             if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
                     and value < low:
                 raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
+
+
+def _recompile(text: str, params: tuple[tuple[str, float], ...], higher_is_better: bool
+               ) -> Metric:
+    return compile(text, higher_is_better=higher_is_better, **dict(params))
 
 
 @lru_cache(maxsize=256)
@@ -428,7 +433,3 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
             name = formula.strip()
         return Metric(parsed, given, name, direction)
-
-
-# undefined_where is re-exported for callers that only need the analysis.
-__all__ += ["undefined_where"]

@@ -7,7 +7,6 @@ no step recurses on the nesting depth of the input.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import threading
@@ -22,36 +21,20 @@ import lark
 import sympy
 from lark import Token
 
-from .errors import MetricError, MetricSyntaxError, UnknownNameError
+from .errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from .library import lookup, names
+from .symbols import COUNTS, DERIVED
 
 __all__ = [
-    "COUNTS",
-    "DERIVED",
     "FUNCTIONS",
     "Formula",
-    # size limits, for metric.py
+    "check_single_identifier",
     "check_size",
     "grammar_text",
+    "known_names",
     "parse",
     "substitute",
-    "suggest",
-    "suggest_all",
 ]
-
-#: The four counts of the confusion matrix, as SymPy symbols (no assumptions,
-#: so ``sympy.Symbol("TP")`` in user code is the same symbol).
-COUNTS: dict[str, sympy.Symbol] = {k: sympy.Symbol(k) for k in ("TP", "FP", "FN", "TN")}
-_TP, _FP, _FN, _TN = COUNTS.values()
-
-#: Handy totals, each a plain sum of counts.
-DERIVED: dict[str, sympy.Expr] = {
-    "P": _TP + _FN,
-    "N": _FP + _TN,
-    "PP": _TP + _FP,
-    "PN": _FN + _TN,
-    "n": _TP + _FP + _FN + _TN,
-}
 
 #: name -> (sympy constructor, minimum arity, maximum arity or None)
 FUNCTIONS: dict[str, tuple[Any, int, int | None]] = {
@@ -181,39 +164,6 @@ def grammar_text() -> str:
         return packaged.read_text(encoding="utf-8")
     checkout = Path(__file__).resolve().parent.parent / "grammar" / "metric.lark"
     return checkout.read_text(encoding="utf-8")
-
-
-def _close_names(name: str, candidates: list[str]) -> list[str]:
-    """The candidates ``name`` is a likely typo of: a case slip first, else up to three close ones."""
-    lowered = {c.lower(): c for c in candidates}
-    if name.lower() in lowered and lowered[name.lower()] != name:
-        return [lowered[name.lower()]]
-    return difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
-
-
-def suggest(name: str, candidates: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for a likely typo, else the empty string."""
-    close = _close_names(name, candidates)
-    if not close:
-        return ""
-    return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
-
-
-def suggest_all(names: list[str], candidates: list[str]) -> str:
-    """One note for several likely typos: `` (did you mean 'FP' for 'fp', 'TP' for 'tp'?)``.
-
-    >>> suggest_all(["fp", "tp"], ["TP", "FP", "FN", "TN"])
-    " (did you mean 'FP' for 'fp', 'TP' for 'tp'?)"
-    >>> suggest_all(["tp"], ["TP"])
-    " (did you mean 'TP'?)"
-    """
-    found = [(n, close) for n in names if (close := _close_names(n, candidates))]
-    if not found:
-        return ""
-    if len(names) == 1:
-        return suggest(names[0], candidates)
-    parts = [" or ".join(f"'{c}'" for c in close) + f" for '{n}'" for n, close in found]
-    return " (did you mean " + ", ".join(parts) + "?)"
 
 
 def known_names() -> list[str]:
@@ -569,12 +519,6 @@ def _library_formula(name: str) -> Formula:
     assert metric is not None
     f = parse(metric.formula)
     return Formula(f.text, f.expr, f.parameters, dict(metric.params), {}, (metric.name,))
-
-
-def resolve_name(text: str) -> str | None:
-    """The canonical metric name if ``text`` is just a metric name or alias."""
-    metric = lookup(text.strip())
-    return metric.name if metric else None
 
 
 def check_single_identifier(text: str) -> None:

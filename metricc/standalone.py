@@ -1,9 +1,12 @@
 """Standalone loss files: one module that needs only torch, for images without metricc.
 
-:func:`emit_standalone` pastes the text of :mod:`metricc.runtime` (torch-only on
-purpose) as it is at generation time, the generated kernels and one small
-subclass of ``MetricLoss`` into a single deterministic module, so every option
-the runtime has (relaxations, reductions, whatever it gains later) comes along.
+:func:`emit_standalone` pastes the runtime modules (torch-only on purpose) and
+``errors.py``, as they are at generation time and in the fixed order of
+:data:`SOURCES`, then the generated kernels and one small subclass of
+``MetricLoss``, into a single deterministic module. Every option the runtime
+has (relaxations, modes, whatever it gains later) comes along, and the file
+raises metricc's own exception classes. The assembly is lark's standalone
+generator's idea: modules concatenated, their imports of each other dropped.
 
 User text reaches the file only as a ``repr()`` string literal (the formula), as
 escaped docstring text, and as numbers: the class name must be a plain
@@ -20,45 +23,120 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .emit import KERNEL_NAMES
+from .emit import KERNEL_NAMES, loss_parameters
 from .errors import MetricError
 
 if TYPE_CHECKING:
     from .metric import Metric
 
-__all__ = ["default_class_name", "emit_standalone", "runtime_source"]
+__all__ = ["SOURCES", "default_class_name", "emit_standalone", "runtime_source"]
 
-_RUNTIME = Path(__file__).with_name("runtime.py")
+_PACKAGE = Path(__file__).resolve().parent
+#: The modules a standalone file is made of, in this order: each may import only
+#: torch, the standard library and the modules before it (those imports are dropped).
+SOURCES: tuple[tuple[str, Path], ...] = tuple(
+    (name, _PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py")) for name in (
+        "metricc.errors",
+        "metricc.runtime.options",
+        "metricc.runtime.relax",
+        "metricc.runtime.counts",
+        "metricc.runtime.distributed",
+        "metricc.runtime.modes",
+        "metricc.runtime.loss",
+    ))
 _LITERALS = (bool, int, float, str, type(None))
 #: Generated lines are wrapped to this width, so the file passes common line-length rules.
 WIDTH = 88
 
 
-def runtime_source() -> tuple[str, ast.Module]:
-    """The text of ``metricc/runtime.py`` without its module docstring, and its AST.
+def _imported_module(node: ast.ImportFrom, module: str) -> str:
+    """The absolute name a relative ``from ... import`` in ``module`` refers to."""
+    parts = module.split(".")[: -node.level]
+    return ".".join([*parts, *(node.module.split(".") if node.module else [])])
 
-    Refuses (an internal error) if the runtime ever imports anything beyond torch
-    and the standard library: the standalone file would then not stand alone.
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str))
+
+
+def runtime_source() -> tuple[str, ast.Module]:
+    """The runtime text of a standalone file (imports first), and its AST.
+
+    Each module of :data:`SOURCES` loses its docstring, ``__all__`` and
+    top-level imports; the imports of torch and the standard library are
+    merged at the top, and imports of the earlier modules are dropped. Refuses
+    (an internal error) any other import, and a name defined twice: the
+    standalone file would then not stand alone, or not work.
     """
-    text = _RUNTIME.read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            # A relative import (level > 0) names a metricc module: never allowed.
-            roots = ["." * node.level + (node.module or "").split(".")[0]]
-        elif isinstance(node, ast.Import):
-            roots = [a.name.split(".")[0] for a in node.names]
-        else:
-            continue
-        for root in roots:
-            if root not in ("torch", "__future__") and root not in sys.stdlib_module_names:
-                raise RuntimeError(f"metricc/runtime.py imports {root!r}; it must stay torch-only "
-                                   "so that standalone loss files need nothing else")
-    body = tree.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        text = "\n".join(text.splitlines()[body[0].end_lineno:]).lstrip("\n")
-    return text.rstrip("\n") + "\n", tree
+    plain: list[str] = []  # "import x" lines, first seen first
+    froms: dict[str, list[str]] = {}  # module -> names, for "from x import a, b"
+    bodies: list[str] = []
+    pasted: set[str] = set()
+    defined: dict[str, str] = {}
+    for module, path in SOURCES:
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        drop: set[int] = set()
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = _imported_module(node, module)
+                if target not in pasted:
+                    raise RuntimeError(f"{path.name} imports {target!r}; a runtime module must "
+                                       "stay torch-only (importing only torch, the standard "
+                                       "library and the runtime modules before it) so that "
+                                       "standalone loss files need nothing else")
+                continue
+            if isinstance(node, ast.ImportFrom):
+                roots = [(node.module or "").split(".")[0]]
+            elif isinstance(node, ast.Import):
+                roots = [a.name.split(".")[0] for a in node.names]
+            else:
+                continue
+            for root in roots:
+                if root not in ("torch", "__future__") and root not in sys.stdlib_module_names:
+                    raise RuntimeError(f"{path.name} imports {root!r}; it must stay torch-only "
+                                       "so that standalone loss files need nothing else")
+        for i, node in enumerate(tree.body):
+            span = set(range(node.lineno - 1, node.end_lineno or node.lineno))
+            if i == 0 and _is_docstring(node):
+                drop |= span
+            elif isinstance(node, ast.Import):
+                drop |= span
+                for a in node.names:
+                    line = f"import {a.name}" + (f" as {a.asname}" if a.asname else "")
+                    if line not in plain:
+                        plain.append(line)
+            elif isinstance(node, ast.ImportFrom):
+                drop |= span
+                if node.level or node.module == "__future__":
+                    continue
+                names = froms.setdefault(node.module or "", [])
+                names += [a.name + (f" as {a.asname}" if a.asname else "")
+                          for a in node.names if a.name not in names]
+            elif isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                drop |= span
+        for name in _top_level_names(tree, imports=False):
+            if name in defined:
+                raise RuntimeError(f"{name!r} is defined in both {defined[name]} and {module}; "
+                                   "standalone files paste them into one namespace")
+            defined[name] = module
+        body = "\n".join(line for k, line in enumerate(lines) if k not in drop).strip("\n")
+        bodies.append(f"# --- {module} " + "-" * max(3, WIDTH - 7 - len(module)) + "\n\n" + body)
+        pasted.add(module)
+    head = ["from __future__ import annotations"]
+    for third_party in (False, True):  # standard library, then torch, sorted as isort does
+        def ours(module: str, third_party: bool = third_party) -> bool:
+            return (module.split(".")[0] == "torch") == third_party
+
+        section = sorted(line for line in plain if ours(line.split()[1]))
+        section += [f"from {m} import {', '.join(sorted(n))}"
+                    for m, n in sorted(froms.items()) if ours(m)]
+        head += ["", *section]
+    text = "\n".join(head) + "\n\n" + "\n\n\n".join(bodies) + "\n"
+    return text, ast.parse(text)
 
 
 def default_class_name(metric: Metric) -> str:
@@ -133,36 +211,29 @@ def _string_attribute(name: str, text: str) -> str:
             + "    )\n")
 
 
-def _init_params(tree: ast.Module) -> list[tuple[str, str | None, str | None, bool]]:
-    """``MetricLoss.__init__``'s parameters: (name, annotation, default source, keyword-only)."""
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "MetricLoss":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    a = item.args
-                    if a.vararg or a.kwarg or a.posonlyargs:
-                        raise RuntimeError("MetricLoss.__init__ must take plain named options")
-                    out: list[tuple[str, str | None, str | None, bool]] = []
-                    pos = a.args[1:]  # skip self
-                    defaults: list[ast.expr | None] = [None] * (len(pos) - len(a.defaults))
-                    defaults += list(a.defaults)
-                    for arg, d in zip(pos, defaults, strict=True):
-                        out.append((arg.arg, arg.annotation and ast.unparse(arg.annotation),
-                                    d and ast.unparse(d), False))
-                    for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-                        out.append((arg.arg, arg.annotation and ast.unparse(arg.annotation),
-                                    d and ast.unparse(d), True))
-                    return out
-    raise RuntimeError("metricc/runtime.py has no MetricLoss.__init__")
+def _init_params() -> list[tuple[str, str | None, Any, bool]]:
+    """``MetricLoss``'s options: (name, annotation, default or ``_NO_DEFAULT``, keyword-only)."""
+    out = []
+    for p in loss_parameters():
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            raise RuntimeError("MetricLoss.__init__ must take plain named options")
+        annotation = None if p.annotation is p.empty else str(p.annotation)
+        default = _NO_DEFAULT if p.default is p.empty else p.default
+        out.append((p.name, annotation, default, p.kind == p.KEYWORD_ONLY))
+    return out
 
 
-def _top_level_names(tree: ast.Module) -> set[str]:
+_NO_DEFAULT = object()
+
+
+def _top_level_names(tree: ast.Module, imports: bool = True) -> set[str]:
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            if imports:
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -209,7 +280,7 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
     # Lists become tuples: a mutable default argument would be shared between instances.
     chosen = {"relaxation": relaxation,
               **{k: tuple(v) if isinstance(v, list) else v for k, v in defaults.items()}}
-    params = _init_params(tree)
+    params = _init_params()
     sig, call = ["        self,"], []
     star = False
     for pname, annotation, default, kwonly in params:
@@ -219,11 +290,10 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
         text = pname + (f": {annotation}" if annotation else "")
         if pname in chosen:
             text += f" = {_literal(chosen[pname])}"
-        elif default is not None:
-            try:  # same quoting as the chosen defaults
-                text += f" = {_literal(ast.literal_eval(default))}"
-            except (ValueError, SyntaxError):
-                text += f" = {default}"
+        elif default is not _NO_DEFAULT:
+            if not isinstance(default, _LITERALS):
+                raise RuntimeError(f"MetricLoss option {pname} must default to a literal")
+            text += f" = {_literal(default)}"
         sig.append(f"        {text},")
         call.append(f"            {pname}," if not kwonly else f"            {pname}={pname},")
 

@@ -18,16 +18,25 @@ sums, and the metric is evaluated on all of them in one vectorised call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from .errors import MetricError
 
-if TYPE_CHECKING:
-    from .metric import Metric
-
 __all__ = ["ThresholdChoice", "ThresholdCounts", "best_threshold", "threshold_counts"]
+
+
+class Metric(Protocol):
+    """What :func:`best_threshold` needs of a :class:`metricc.Metric` (no import of it: no
+    import cycle)."""
+
+    name: str | None
+    text: str
+    higher_is_better: bool
+
+    def value(self, tp: Any = ..., fp: Any = ..., fn: Any = ..., tn: Any = ..., *,
+              zero_division: float | None = ...) -> Any: ...
 
 
 class ThresholdCounts(NamedTuple):

@@ -2,8 +2,8 @@
 
 Symbolic: the generated kernels are executed on SymPy symbols (through a tiny
 stand-in for the few ``torch`` functions they call) and compared with SymPy's
-own derivatives of the metric; the same is done for the relaxations in
-:mod:`metricc.runtime`. Numeric, in float64: the loss module's gradient is
+own derivatives of the metric; the same is done for every relaxation registered
+in :mod:`metricc.runtime.relax`. Numeric, in float64: the loss module's gradient is
 compared with autograd of an independent, straightforward implementation and
 with finite differences (``torch.autograd.gradcheck``).
 """
@@ -16,25 +16,33 @@ import inspect
 import random
 import textwrap
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sympy
 
-from .analyse import EPS, guard
+from .analyse import guard
 from .errors import MetricError, MetricWarning, VerificationError
-from .parse import COUNTS, parse
-
-if TYPE_CHECKING:
-    from .metric import Metric
+from .parse import parse
+from .symbols import COUNTS, EPS, TO_POSITIVE
 
 __all__ = ["Check", "VerificationReport", "symbolic_equal", "verify"]
 
-_POS = {s: sympy.Symbol(k, positive=True) for k, s in COUNTS.items()}
-_FROM_POS = {v: k for k, v in _POS.items()}
-_EPS_VALUE = sympy.Rational(1, 10**7)
+
+class Metric(Protocol):
+    """What :func:`verify` needs of a :class:`metricc.Metric` (no import of it: no cycle)."""
+
+    expr: sympy.Expr
+    parameters: dict[str, float]
+    higher_is_better: bool
+
+    @property
+    def kernels_source(self) -> str: ...
+
+    def loss(self, relaxation: str = ..., *, warn_monotonicity: bool = ...,
+             **options: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -82,8 +90,8 @@ def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
     Exact rational evaluation at random points first (a cheap disproof with a
     counterexample), then a symbolic proof that ``a - b`` simplifies to 0.
     """
-    base = a.xreplace(_POS)
-    diff = base - b.xreplace(_POS)
+    base = a.xreplace(TO_POSITIVE)
+    diff = base - b.xreplace(TO_POSITIVE)
     symbols = sorted(diff.free_symbols | base.free_symbols, key=lambda s: s.name)
     rng = random.Random(seed)
     for _ in range(points):
@@ -146,7 +154,8 @@ class _ExactNumbers(ast.NodeTransformer):
 def _run_symbolically(source: str, fn: str, *args: Any) -> Any:
     """Execute our own generated (or runtime) source on SymPy symbols, numbers kept exact."""
     tree = ast.fix_missing_locations(_ExactNumbers().visit(ast.parse(source)))
-    namespace: dict[str, Any] = {"torch": _sympy_torch(), "Tensor": object,
+    namespace: dict[str, Any] = {"torch": _sympy_torch(), "Tensor": object, "Any": object,
+                                 "staticmethod": lambda f: f,
                                  "_sympy_Integer": sympy.Integer, "_sympy_Float": sympy.Float}
     exec(compile(tree, f"<metricc verify {fn}>", "exec"), namespace)
     return namespace[fn](*args)
@@ -173,18 +182,28 @@ class _Score(sympy.Symbol):
     requires_grad = False
 
 
-def _symbolic_relaxation_checks(report: VerificationReport, seed: int) -> None:
-    from . import runtime
+def _relaxation_cases() -> Iterator[tuple[str, Any, bool]]:
+    """``(name, relaxation, from_logits)`` for every registered relaxation and input kind."""
+    from .runtime.relax import RELAXATIONS
 
-    src = textwrap.dedent(inspect.getsource(runtime.relax)) + "\n" + textwrap.dedent(
-        inspect.getsource(runtime.relax_grad))
+    for name, r in RELAXATIONS.items():
+        for from_logits in (False, True):
+            try:
+                r.check_options(from_logits)
+            except MetricError:
+                continue
+            yield name, r, from_logits
+
+
+def _symbolic_relaxation_checks(report: VerificationReport) -> None:
     s = _Score("s", real=True)
     amp, slope, offset = sympy.symbols("amplifier slope offset", real=True)
-    for relaxation, from_logits in (("anyloss", False), ("anyloss", True), ("linear", False),
-                                    ("linear", True), ("sigmoid", True)):
-        args = (s, relaxation, amp, slope, offset, from_logits)
-        a = _run_symbolically(src, "relax", *args)
-        da = _run_symbolically(src, "relax_grad", *args)
+    for relaxation, r, from_logits in _relaxation_cases():
+        src = "\n".join(textwrap.dedent(inspect.getsource(getattr(type(r), fn)))
+                        for fn in ("value", "derivative"))
+        args = (s, amp, slope, offset, from_logits)
+        a = _run_symbolically(src, "value", *args)
+        da = _run_symbolically(src, "derivative", *args)
         diff = sympy.simplify(sympy.diff(a, s) - da)
         ok = diff == 0
         report.checks.append(Check(
@@ -216,8 +235,14 @@ def _user_derivative_checks(metric: Metric, derivatives: Mapping[str, str],
         report.checks.append(Check(f"your d/d{count} == d metric/d{count}", ok, how, cex))
 
 
-def _reference_loss(metric: Metric, relaxation: str, amplifier: float, eps: float) -> Any:
-    """A straightforward autograd implementation, independent of the generated code."""
+def _reference_loss(metric: Metric, relax: Any, amplifier: float, eps: float,
+                    from_logits: bool) -> Any:
+    """A straightforward autograd implementation, independent of the generated code.
+
+    ``relax`` is the relaxation's plain ``value`` (checked against its
+    derivative symbolically); the counts are four plain sums and the metric
+    SymPy's own ``lambdify`` of the guarded formula.
+    """
     import torch
 
     f = guard(metric.expr, EPS).xreplace({EPS: sympy.Float(eps)})
@@ -240,13 +265,13 @@ def _reference_loss(metric: Metric, relaxation: str, amplifier: float, eps: floa
                   "max": fold(torch.maximum)}, "math"],
     )
 
+    def sigmoid(z: Any) -> Any:
+        # Written out: autograd then differentiates exp, exact where torch.sigmoid's
+        # a * (1 - a) loses digits.
+        return 1 / (1 + torch.exp(-z))
+
     def loss(x: Any, y: Any) -> Any:
-        if relaxation == "anyloss":
-            a = 1 / (1 + torch.exp(-amplifier * (x - 0.5)))
-        elif relaxation == "sigmoid":
-            a = 1 / (1 + torch.exp(-x))
-        else:
-            a = x
+        a = relax(x, amplifier, 1.0, 0.0, from_logits, sigmoid=sigmoid)
         TP = (y * a).sum()
         FN = (y * (1 - a)).sum()
         FP = ((1 - y) * a).sum()
@@ -267,9 +292,13 @@ def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size:
     probs = torch.rand(size, generator=gen, dtype=torch.float64) * 0.9 + 0.05
     logits = torch.randn(size, generator=gen, dtype=torch.float64) * 2
     eps = 1e-7
-    for relaxation in ("anyloss", "linear", "sigmoid"):
-        x0 = logits if relaxation == "sigmoid" else probs
-        ref = _reference_loss(metric, relaxation, amplifier, eps)
+    # Each relaxation once, on probabilities where it takes them, else on logits.
+    cases: dict[str, tuple[Any, bool]] = {}
+    for name, r, from_logits in _relaxation_cases():
+        cases.setdefault(name, (r, from_logits))
+    for relaxation, (r, from_logits) in cases.items():
+        x0 = logits if from_logits else probs
+        ref = _reference_loss(metric, r.value, amplifier, eps, from_logits)
         xr = x0.clone().requires_grad_(True)
         ref_value = ref(xr, y)
         (ref_grad,) = torch.autograd.grad(ref_value, xr)
@@ -278,7 +307,7 @@ def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size:
                 # verify() checks gradients of any formula, wise as a loss or not.
                 warnings.simplefilter("ignore", MetricWarning)
                 module = metric.loss(relaxation, backward=backward, amplifier=amplifier,
-                                     eps=eps, from_logits=relaxation == "sigmoid")
+                                     eps=eps, from_logits=from_logits)
             x = x0.clone().requires_grad_(True)
             value = module(x, y)
             (grad,) = torch.autograd.grad(value, x)
@@ -307,7 +336,7 @@ def verify(metric: Metric, derivatives: Mapping[str, str] | None = None, *, seed
     if derivatives:
         _user_derivative_checks(metric, derivatives, report, seed)
     _symbolic_kernel_checks(metric, report, seed)
-    _symbolic_relaxation_checks(report, seed)
+    _symbolic_relaxation_checks(report)
     if numeric:
         _numeric_checks(metric, report, seed, size, amplifier)
     if raise_on_failure and not report.ok:

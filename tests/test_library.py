@@ -7,9 +7,10 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from oracles import sklearn_reference
 
 import metricc
-from metricc.library import ALIASES, METRICS, lookup, sklearn_reference
+from metricc.library import ALIASES, METRICS, lookup
 
 REQUIRED = """accuracy balanced_accuracy precision recall specificity npv fpr fnr fdr f1 fbeta jaccard dice
 tversky mcc cohen_kappa g_mean informedness markedness fowlkes_mallows prevalence_threshold lr_plus

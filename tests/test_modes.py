@@ -1,8 +1,8 @@
 """Multiclass, multilabel and segmentation losses: modes, averages, absent classes.
 
-Every loss is checked against a straightforward float64 implementation written
-here (four products per count, Python loops over samples and classes, autograd
-for the gradient); every hard score against scikit-learn.
+Every loss is checked against a straightforward float64 implementation
+(``tests/oracles.py``: four products per count, Python loops over samples and
+classes, autograd for the gradient); every hard score against scikit-learn.
 """
 
 from __future__ import annotations
@@ -14,109 +14,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from oracles import EPS, F64, reference_loss
+from oracles import MODE_METRICS as METRICS
 from sklearn import metrics as skm
 
 import metricc
 from metricc import MetricError
-
-F64 = torch.float64
-EPS = 1e-7
-
-# name, compile kwargs, metric of (tp, fp, fn, tn, eps) with eps where the kernel puts it.
-METRICS = {
-    "f1": ({}, lambda tp, fp, fn, tn, e: 2 * tp / (2 * tp + fp + fn + e)),
-    "jaccard": ({}, lambda tp, fp, fn, tn, e: tp / (tp + fp + fn + e)),
-    "tversky": ({"alpha": 0.3, "beta": 0.7},
-                lambda tp, fp, fn, tn, e: tp / (tp + 0.3 * fp + 0.7 * fn + e)),
-    "accuracy": ({}, lambda tp, fp, fn, tn, e: (tp + tn) / (tp + fp + fn + tn + e)),
-    "fpr": ({}, lambda tp, fp, fn, tn, e: fp / (fp + tn + e)),  # lower is better
-}
-
-
-# --------------------------------------------------------------------------------------------
-# The independent reference
-# --------------------------------------------------------------------------------------------
-def reference_loss(name, x, target, *, mode, average="macro", multidim_average="global",
-                   reduction="mean", relaxation="linear", from_logits=False,
-                   ignore_index=None, classes=None, class_weights=None, eps=EPS):
-    kwargs, f = METRICS[name]
-    higher = metricc.compile(name, **kwargs).higher_is_better
-    if mode == "binary":
-        x, target = x.unsqueeze(1), target.unsqueeze(1)
-        average = "micro"
-    c = x.shape[1]
-    if mode == "multiclass":
-        p = torch.softmax(x, 1) if from_logits else x
-        hard = F.one_hot(x.argmax(1), c).movedim(-1, 1).to(F64)
-        if target.dtype == torch.long:
-            m = torch.ones(target.shape, dtype=F64) if ignore_index is None else \
-                (target != ignore_index).to(F64)
-            safe = torch.where(target == ignore_index, 0, target) if ignore_index is not None \
-                else target
-            y = F.one_hot(safe, c).movedim(-1, 1).to(F64)
-            m = m.unsqueeze(1).expand_as(y)
-        else:
-            y, m = target.to(F64), torch.ones_like(target, dtype=F64)
-    else:
-        p = torch.sigmoid(x) if from_logits else x
-        hard = (p >= 0.5).to(F64)
-        m = torch.ones(target.shape, dtype=F64) if ignore_index is None else \
-            (target != ignore_index).to(F64)
-        y = target.to(F64) * m
-    a = p if relaxation == "linear" else torch.sigmoid(73.0 * (p - 0.5))
-    cls = list(range(c)) if classes is None else list(classes)
-    cw = [1.0] * len(cls) if class_weights is None else [class_weights[k] for k in cls]
-    n = x.shape[0]
-    groups = [list(range(n))] if multidim_average == "global" else [[i] for i in range(n)]
-
-    def counts(idx, ks, weights):
-        tp = fp = fn = tn = pos = pred = 0.0
-        for i in idx:
-            for k, wk in zip(ks, weights, strict=True):
-                mm, yy, aa, hh = m[i, k] * wk, y[i, k], a[i, k], hard[i, k]
-                tp = tp + (mm * yy * aa).sum()
-                fn = fn + (mm * yy * (1 - aa)).sum()
-                fp = fp + (mm * (1 - yy) * aa).sum()
-                tn = tn + (mm * (1 - yy) * (1 - aa)).sum()
-                pos = pos + float((mm * yy).sum())
-                pred = pred + float((mm * hh).sum())
-        value = f(tp, fp, fn, tn, eps)
-        loss = 1 - value if higher else value
-        return loss, pos, (pos > 0 or pred > 0)
-
-    pers, keeps = [], []
-    for g in groups:
-        if average == "micro":
-            loss, _, present = counts(g, cls, cw)
-            pers.append(loss)
-            keeps.append(present)
-            continue
-        rows = [counts(g, [k], [1.0]) for k in cls]
-        losses = [r[0] for r in rows]
-        present = [r[2] for r in rows]
-        if average == "none":
-            pers.append(torch.stack(losses))
-            keeps.append(present)
-            continue
-        cands = [[w * pr for w, pr in zip(cw, present, strict=True)], cw]
-        if average == "weighted":
-            cands.insert(0, [w * r[1] for w, r in zip(cw, rows, strict=True)])
-        weights = next(c for c in cands if sum(c) > 0)
-        pers.append(sum(w * loss for w, loss in zip(weights, losses, strict=True)) / sum(weights))
-        keeps.append(any(present))
-    if multidim_average == "global":
-        return pers[0]
-    per = torch.stack(pers)
-    if reduction == "none":
-        return per
-    keep = torch.tensor(keeps, dtype=F64)
-    if keep.dim() == 1:
-        u = keep if keep.sum() > 0 else torch.ones_like(keep)
-    else:
-        u = torch.where(keep.sum(0, keepdim=True) > 0, keep, torch.ones_like(keep))
-    if reduction == "mean":
-        u = u / u.sum(0, keepdim=True)
-    return (u * per).sum(0)
 
 
 def make_batch(mode, spatial, rng, *, from_logits, ignore_index, c=4, n=3):

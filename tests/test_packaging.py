@@ -68,7 +68,7 @@ def test_wheel_installs_and_compiles(tmp_path: Path) -> None:
     assert value == "0.8"
 
     # The console script from [project.scripts], and a standalone file written from the
-    # installed wheel (runtime.py is read from site-packages).
+    # installed wheel (the runtime modules are read from site-packages).
     metricc_bin = py.with_name("metricc")
     grad = subprocess.run([str(metricc_bin), "grad", "f1"], cwd=tmp_path, check=True,
                           capture_output=True, text=True, env=env)

@@ -1,4 +1,4 @@
-"""The formula language: every construct of DESIGN.md section 2, and every error."""
+"""The formula language: every construct of grammar/metric.lark, and every error."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import metricc
-from metricc.runtime import MetricLoss
+from metricc.runtime.loss import MetricLoss
 from metricc.standalone import default_class_name, emit_standalone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,8 +239,32 @@ def test_bad_names_and_options(kwargs: dict[str, Any], match: str) -> None:
 def test_runtime_must_stay_torch_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import metricc.standalone as sa
 
-    bad = tmp_path / "runtime.py"
-    bad.write_text('"""doc"""\nimport torch\nfrom .parse import COUNTS\n')
-    monkeypatch.setattr(sa, "_RUNTIME", bad)
-    with pytest.raises(RuntimeError, match="must stay torch-only"):
+    bad = tmp_path / "bad.py"
+    for text in ('"""doc"""\nimport torch\nfrom ..parse import COUNTS\n',  # not pasted
+                 '"""doc"""\nimport torch\nimport sympy\n',
+                 '"""doc"""\nfrom .loss import MetricLoss\n'):  # pasted, but later
+        bad.write_text(text)
+        monkeypatch.setattr(sa, "SOURCES", (*sa.SOURCES[:2], ("metricc.runtime.bad", bad),
+                                            *sa.SOURCES[2:]))
+        with pytest.raises(RuntimeError, match="must stay torch-only"):
+            emit_standalone(metricc.compile("f1"))
+    bad.write_text('"""doc"""\ndef relax():\n    pass\n')  # a name another module defines
+    monkeypatch.setattr(sa, "SOURCES", (*sa.SOURCES, ("metricc.runtime.bad", bad)))
+    with pytest.raises(RuntimeError, match="defined in both"):
         emit_standalone(metricc.compile("f1"))
+
+
+def test_standalone_raises_its_own_metric_error(tmp_path: Path) -> None:
+    import importlib.util
+
+    path = tmp_path / "f1_loss.py"
+    path.write_text(emit_standalone(metricc.compile("f1")), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("f1_loss_errors", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert issubclass(module.MetricError, ValueError)
+    with pytest.raises(module.MetricError, match=r"did you mean 'sum'"):
+        module.F1Loss(reduction="summ")
+    with pytest.raises(module.MetricError, match="same shape"):
+        module.F1Loss()(torch.rand(3), torch.ones(4))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import metricc
-from metricc.runtime import soft_counts
+from metricc.runtime.counts import soft_counts
 
 
 @pytest.fixture(scope="module")

@@ -1,41 +1,78 @@
-"""Exact scores on hard multiclass and multilabel labels (``Metric.score(mode=...)``).
+"""Exact scores on hard labels (``Metric.score``): binary, multiclass and multilabel.
 
-The class layout, options and absent-class policy are those of the loss
-(:mod:`metricc.runtime`), so a loss and its score average the same classes;
-see ``docs/modes.md``.
+The class options and absent-class policy are the loss's
+(:mod:`metricc.runtime.options`, :mod:`metricc.runtime.modes`), so a loss and
+its score average the same classes; see ``docs/modes.md``. ``value`` is the
+metric's exact evaluation at counts (``Metric.value``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .errors import MetricError
-from .runtime import check_class_options, class_average_weights, select_classes
+from .runtime.modes import class_average_weights
+from .runtime.options import check_class_options, select_classes
 
-if TYPE_CHECKING:
-    from .metric import Metric
+__all__ = ["score", "score_classes"]
 
-__all__ = ["score_classes"]
+#: ``Metric.value``: ``(tp, fp, fn, tn, *, zero_division) -> float or tensor``.
+Value = Callable[..., Any]
 
 
-def score_classes(metric: Metric, preds: Any, target: Any, threshold: float = 0.5, *,
+def score(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
+          zero_division: float | None = None, mode: str = "binary", average: str = "macro",
+          ignore_index: int | None = None, classes: Any = None, class_weights: Any = None,
+          num_classes: int | None = None) -> Any:
+    """The metric on hard labels; see :meth:`metricc.Metric.score`."""
+    if mode != "binary" or ignore_index is not None:
+        return score_classes(value, preds, target, threshold, mode=mode, average=average,
+                             ignore_index=ignore_index, classes=classes,
+                             class_weights=class_weights, num_classes=num_classes,
+                             zero_division=zero_division)
+    return _score_binary(value, preds, target, threshold, zero_division)
+
+
+def _score_binary(value: Value, preds: Any, target: Any, threshold: float,
+                  zero_division: float | None) -> float:
+    p = torch.as_tensor(preds)
+    t = torch.as_tensor(target)
+    if p.shape != t.shape:
+        raise MetricError(f"preds and target must have the same shape, got {tuple(p.shape)} "
+                          f"and {tuple(t.shape)}")
+    if p.numel() == 0:
+        raise MetricError("score() needs at least one prediction")
+    if not bool(((t == 0) | (t == 1)).all()):
+        raise MetricError("target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
+    hard = (p >= threshold) if p.is_floating_point() else (p != 0)
+    yt = t.to(torch.bool)
+    f64 = torch.float64
+    tp = (hard & yt).sum(dtype=f64)
+    fp = (hard & ~yt).sum(dtype=f64)
+    fn = (~hard & yt).sum(dtype=f64)
+    tn = (~hard & ~yt).sum(dtype=f64)
+    return float(value(tp, fp, fn, tn, zero_division=zero_division))
+
+
+def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
                   mode: str = "multiclass", average: str = "macro",
                   ignore_index: int | None = None, classes: Any = None,
                   class_weights: Any = None, num_classes: int | None = None,
                   zero_division: float | None = None) -> float | Tensor:
-    """The metric on hard labels, per class and averaged; see :meth:`Metric.score`.
+    """The metric on hard labels, per class and averaged; see :meth:`metricc.Metric.score`.
 
     >>> import metricc
     >>> m = metricc.compile("f1")
-    >>> round(score_classes(m, [0, 1, 2, 2], [0, 2, 2, 2], num_classes=3), 4)
+    >>> round(score_classes(m.value, [0, 1, 2, 2], [0, 2, 2, 2], num_classes=3), 4)
     0.6
     """
     err = MetricError
     ignore_index, classes, class_weights = check_class_options(
-        err, mode, average, ignore_index, classes, class_weights)
+        mode, average, ignore_index, classes, class_weights)
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target, device=p.device)  # counted where the predictions are
     if mode == "binary":
@@ -43,14 +80,14 @@ def score_classes(metric: Metric, preds: Any, target: Any, threshold: float = 0.
             raise err(f"preds and target must have the same shape, got {tuple(p.shape)} "
                       f"and {tuple(t.shape)}")
         keep = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=bool)
-        return metric.score(p[keep], t[keep], threshold, zero_division=zero_division)
+        return _score_binary(value, p[keep], t[keep], threshold, zero_division)
 
     if mode == "multilabel":
         hard, y, mask = _multilabel(p, t, threshold, ignore_index)
     else:
         hard, y, mask = _multiclass(p, t, ignore_index, num_classes)
     n, c = hard.shape[:2]
-    chosen, weights = select_classes(err, c, classes, class_weights)
+    chosen, weights = select_classes(c, classes, class_weights)
     hard, y, mask = (x.reshape(n, x.shape[1], -1) for x in (hard, y, mask))
     if chosen is not None:
         idx = torch.tensor(chosen, device=hard.device)
@@ -67,15 +104,15 @@ def score_classes(metric: Metric, preds: Any, target: Any, threshold: float = 0.
     if average == "micro":
         # Pool the per-class matrices (class weights scale each class's counts).
         pooled = [(x if w is None else x * w).sum() for x in (tp, fp, fn, tn)]
-        return float(metric.value(*pooled, zero_division=zero_division))
+        return float(value(*pooled, zero_division=zero_division))
     if average == "none":
-        return metric.value(tp, fp, fn, tn, zero_division=zero_division)
+        return value(tp, fp, fn, tn, zero_division=zero_division)
     present = (tp + fp + fn) > 0
     v = class_average_weights(present[None], (tp + fn)[None], w, average)[0]
     # Only classes that take part are evaluated: an absent class's 0/0 never raises.
     used = v > 0
     values = torch.zeros_like(v)
-    values[used] = metric.value(tp[used], fp[used], fn[used], tn[used],
+    values[used] = value(tp[used], fp[used], fn[used], tn[used],
                                 zero_division=zero_division)
     return float((v * values).sum())
 

@@ -1,0 +1,47 @@
+"""The loss at run time: torch-only modules, which standalone loss files carry too.
+
+===================  ==========================================================
+``options``          the string options and their checks (standard library only)
+``relax``            relaxations, one registered object each
+``counts``           soft confusion counts and the dtype policy
+``distributed``      counts summed over ranks and remembered over batches
+``modes``            per-mode validate/format stages and the averages
+``loss``             ``MetricLoss`` and its autograd Function
+===================  ==========================================================
+
+Importing this package loads nothing; each name below is loaded from its
+module on first use, so ``metricc.runtime.options`` stays usable without torch
+(``metricc grad`` and ``metricc list`` never import it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Public name -> the submodule that defines it.
+_EXPORTS = {
+    "AVERAGES": "options", "BACKWARDS": "options", "CHOICES": "options", "MODES": "options",
+    "MULTIDIM_AVERAGES": "options", "REDUCTIONS": "options", "RELAXATION_NAMES": "options",
+    "look_up_option": "options",
+    "RELAXATIONS": "relax", "Relaxation": "relax", "relax": "relax", "relax_grad": "relax",
+    "stable_sigmoid": "relax",
+    "soft_counts": "counts",
+    "CountPool": "distributed", "sync_counts": "distributed",
+    "ClassRows": "modes", "average_rows": "modes", "class_average_weights": "modes",
+    "class_rows": "modes", "reduce_samples": "modes", "validate_inputs": "modes",
+    "MetricLoss": "loss",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'metricc.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

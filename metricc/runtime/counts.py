@@ -1,0 +1,80 @@
+"""Soft confusion counts and the dtype policy of the loss (what is summed and formed in which type)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _sum_dtype(t: Tensor) -> torch.dtype:
+    # float32 sums use pairwise (cascade) summation, good to ~1e-8 relative even
+    # at 10^8 elements, and cost a fraction of a float64 sum (which first copies
+    # the tensor to float64); half and bfloat16 are summed in float32.
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``TP, FP, FN, TN`` of each row of ``a`` against ``y``, as float64.
+
+    Rows are ``(R, M)``: one row per dim-0 index; or ``(N, R, M)``: row ``r``
+    pools ``[:, r, :]`` (so classes need no transposed copy).
+    ``TP = sum(w y a)``, ``FN = sum(w y) - TP``, ``FP = sum(w a) - TP``,
+    ``TN = sum(w) - sum(w y) - FP``: three reductions instead of four products,
+    each summed pairwise in float32 (or wider), then combined in float64.
+
+    >>> a = torch.tensor([[0.9, 0.2, 0.6]]); y = torch.tensor([[1.0, 0.0, 0.0]])
+    >>> [round(float(c), 4) for c in soft_counts(a, y, None)]
+    [0.9, 0.8, 0.1, 1.2]
+    """
+    return _counts(a, y, w, overwrite=False)
+
+
+def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
+            ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``."""
+    acc = _sum_dtype(a)
+    dims = (0, 2) if a.dim() == 3 else -1
+    if w is not None:
+        a = a.mul_(w) if overwrite else a * w
+        overwrite = True
+    pp = a.sum(dims, dtype=acc)
+    tp = (a.mul_(y) if overwrite else a * y).sum(dims, dtype=acc)
+    if w is None:
+        pos = y.sum(dims, dtype=acc)
+        total = torch.full_like(pos, float(a.shape[-1] * (a.shape[0] if a.dim() == 3 else 1)))
+    else:
+        pos = (w * y).sum(dims, dtype=acc)
+        total = w.sum(dims, dtype=acc)
+    tp, pp, pos, total = torch.stack((tp, pp, pos, total)).to(torch.float64).unbind()
+    fp = pp - tp
+    fn = pos - tp
+    tn = total - pos - fp
+    return tp, fp, fn, tn
+
+
+def _rows(x: Tensor | float, like: Tensor) -> Tensor:
+    """A kernel output as a float64 tensor shaped like ``like``.
+
+    Generated kernels return plain numbers for constant parts (``g1 = 0`` for
+    a metric without TP or FN); autograd and ``save_for_backward`` need tensors.
+    """
+    return torch.zeros_like(like) + x
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    """``dtype``, or float32 for half and bfloat16: the type losses and gradients are formed in."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+_HALF_MAX = torch.finfo(torch.float16).max
+
+
+def _to_input_dtype(grad: Tensor, dtype: torch.dtype) -> Tensor:
+    """Cast a float32 gradient back to the input's dtype, saturating at float16's 65504.
+
+    Near the singular set the guarded metric's gradient reaches ``~1/eps``; as
+    float16 that would be ``inf``, and ``inf`` turns into NaN one layer up.
+    """
+    if dtype == torch.float16:
+        grad = grad.clamp(-_HALF_MAX, _HALF_MAX)
+    return grad.to(dtype)

@@ -1,0 +1,162 @@
+"""Counts summed over the ranks of a process group, and over past batches (``CountPool``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import MetricError
+
+if torch.distributed.is_available():
+    import torch.distributed as dist
+else:  # some builds ship without torch.distributed; sync_dist then acts on one process
+    dist = None
+
+
+def _world_size(process_group: Any) -> int:
+    """Ranks in ``process_group``; 1 when torch.distributed is absent or not initialised."""
+    if dist is None or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(process_group)
+
+
+def sync_counts(counts: Tensor, process_group: Any = None, *,
+                differentiable: bool = False) -> Tensor:
+    """Sum ``counts`` over the ranks of ``process_group`` (the default group for ``None``).
+
+    ``differentiable=True`` uses the autograd-aware all-reduce, whose backward
+    sums the incoming gradients over the ranks; otherwise the result is a
+    detached sum. Outside an initialised process group this is the identity.
+
+    >>> sync_counts(torch.ones(1, 4)).tolist()
+    [[1.0, 1.0, 1.0, 1.0]]
+    """
+    if _world_size(process_group) == 1:
+        return counts
+    if differentiable:
+        return _AllReduceSum.apply(counts, process_group)
+    return _all_reduce_sum(counts.detach(), process_group)
+
+
+def _all_reduce_sum(t: Tensor, process_group: Any) -> Tensor:
+    total = t.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(total, group=process_group)
+    return total
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over ranks whose backward sums the incoming gradients over ranks.
+
+    The same as ``torch.distributed.nn.functional.all_reduce`` (deprecated in
+    torch 2.13; its replacement in ``_functional_collectives`` has no autograd).
+    Every rank's loss depends on every rank's counts, so the gradient reaching
+    this rank's counts is the sum of all ranks' upstream gradients.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, t: Tensor, process_group: Any) -> Tensor:
+        ctx.process_group = process_group
+        return _all_reduce_sum(t, process_group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return _all_reduce_sum(grad, ctx.process_group), None
+
+
+class CountPool(torch.nn.Module):
+    """Pools a loss's soft counts over the ranks of a process group and over past batches.
+
+    With ``c_t`` the ``(R, 4)`` counts of batch ``t`` on this rank, the metric is
+    evaluated at ``C_t = sum_ranks c_t + decay * M_{t-1}`` and the memory becomes
+    ``M_t = C_t.detach()``. So ``C_t`` holds this batch's counts (through which
+    gradients flow) plus ``sum_{k<t} decay^(t-k) * (global counts of batch k)``,
+    detached. The memory is used and updated only in training mode; ``reset()``
+    (``MetricLoss.reset_memory()``) empties it.
+
+    >>> pool = CountPool(sync_dist=False, process_group=None, memory_decay=1.0)
+    >>> counts = tuple(torch.tensor([v], dtype=torch.float64) for v in (1.0, 2.0, 3.0, 4.0))
+    >>> _ = pool(counts)
+    >>> [float(t) for t in pool(counts)]  # this batch plus the remembered one
+    [2.0, 4.0, 6.0, 8.0]
+    """
+
+    memory: Tensor | None
+
+    def __init__(self, sync_dist: bool, process_group: Any, memory_decay: float | None) -> None:
+        super().__init__()
+        self.sync_dist = sync_dist
+        self.process_group = process_group
+        self.memory_decay = memory_decay
+        # Not persistent: the memory is per-epoch training state, and keeping it out of
+        # state_dict lets checkpoints load into losses with and without memory alike.
+        self.register_buffer("memory", None, persistent=False)
+
+    def extra_repr(self) -> str:
+        return f"sync_dist={self.sync_dist}, memory_decay={self.memory_decay}"
+
+    def reset(self) -> None:
+        """Forget all past batches."""
+        self.memory = None
+
+    def forward(self, counts: tuple[Tensor, ...], differentiable: bool = False
+                ) -> tuple[Tensor, ...]:
+        """The pooled ``(TP, FP, FN, TN)``, each of shape ``(R,)`` like the input's."""
+        c = torch.stack(counts, -1)
+        if self.sync_dist:
+            c = sync_counts(c, self.process_group, differentiable=differentiable)
+        if self.memory_decay is not None and self.training:
+            if self.memory is None or self.memory.dtype != c.dtype:
+                # float64 like the counts, also after module.half(): large sums lose
+                # precision (and overflow at 65504) in half precision.
+                old = self.memory
+                self.memory = torch.zeros_like(c) if old is None else old.to(c.dtype)
+            if self.memory.shape != c.shape:
+                raise MetricError(
+                    f"the loss's memory holds counts of shape {tuple(self.memory.shape)} but this "
+                    f"batch gives {tuple(c.shape)}; call reset_memory() when the rows change"
+                )
+            c = c + self.memory_decay * self.memory
+            # In place, so torch.compile sees a buffer mutation rather than a new attribute.
+            self.memory.copy_(c.detach())
+        return c.unbind(-1)
+
+    def across_ranks(self, t: Tensor) -> Tensor:
+        """``t`` (detached, float64) summed over ranks under ``sync_dist``, else as it is.
+
+        Used for the class support and presence that decide the average's weights:
+        every rank must average the same classes with the same weights, or the ranks
+        would optimise different objectives. Past batches' are not remembered.
+        """
+        t = t.detach().to(torch.float64)
+        return sync_counts(t, self.process_group) if self.sync_dist else t
+
+    def sum_grad(self, grad: Tensor) -> Tensor:
+        """Adjoint of the forward all-reduce: the sum of every rank's incoming gradient."""
+        if not self.sync_dist:
+            return grad
+        return sync_counts(grad, self.process_group)  # detached: backward is not differentiated
+
+
+def count_pool(sync_dist: bool, process_group: Any, memory_decay: float | None,
+               multidim_average: str) -> CountPool | None:
+    """Validate the distributed/memory options; ``None`` when neither is asked for."""
+    err = MetricError
+    if not isinstance(sync_dist, bool):
+        raise err(f"sync_dist must be True or False, got {sync_dist!r}")
+    if process_group is not None and not sync_dist:
+        raise err("process_group is used only with sync_dist=True")
+    if memory_decay is not None and (
+        isinstance(memory_decay, bool) or not isinstance(memory_decay, (int, float))
+        or not 0 <= memory_decay <= 1
+    ):
+        raise err(f"memory_decay must be a number in [0, 1] (or None), got {memory_decay!r}")
+    if not sync_dist and memory_decay is None:
+        return None
+    if multidim_average == "samplewise":
+        raise err("sync_dist and memory_decay pool counts of the same confusion matrix over "
+                  "ranks and batches; with multidim_average='samplewise' every sample has its "
+                  "own, so use multidim_average='global'")
+    decay = None if memory_decay is None else float(memory_decay)
+    return CountPool(sync_dist, process_group, decay)

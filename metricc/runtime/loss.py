@@ -1,0 +1,260 @@
+"""``MetricLoss``: the loss module every compiled metric subclasses, and its autograd Function.
+
+A compiled metric fills in the two generated kernels (``metric_value``,
+``metric_and_coefficients``); everything else is here and in the modules this
+one imports, which standalone loss files carry too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from .counts import _HALF_MAX, _counts, _rows, _sum_dtype, _to_input_dtype, _wide, soft_counts
+from .distributed import CountPool, count_pool
+from .modes import average_rows, class_rows, reduce_samples, validate_inputs
+from .options import check_class_options, check_number, look_up_option
+from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
+
+
+def _symbolic_function(cls: type[MetricLoss]) -> Any:
+    """A ``torch.autograd.Function`` whose backward uses the metric's symbolic partials."""
+    sign = -1.0 if cls.higher_is_better else 1.0
+
+    class SymbolicMetric(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
+                    amplifier: float, slope: float, offset: float, from_logits: bool,
+                    eps: float, pool: CountPool | None = None) -> Tensor:
+            # Half and bfloat16 work in float32 (see backward); the gradient returns
+            # in the input's dtype.
+            in_dtype = s.dtype
+            work = _wide(in_dtype)
+            if work != in_dtype:
+                s, y = s.to(work), y.to(work)
+                w = None if w is None else w.to(work)
+            # dA/ds is computed here, alongside A(s), and saved: the backward is then
+            # one fused multiply (two passes in eager torch) with nothing recomputed.
+            a, d, k = _relax_pair(s, relaxation, amplifier, slope, offset, from_logits)
+            counts = _counts(a, y, w, overwrite=a is not s)
+            if pool is not None:
+                # Global (and remembered) counts: g1, g0 below are then the global partials.
+                counts = pool(counts)
+            value, g1, g0 = (_rows(x, counts[0])
+                             for x in cls.metric_and_coefficients(*counts, eps))
+            ctx.save_for_backward(y, w, d, g1, g0)
+            ctx.in_dtype = in_dtype
+            ctx.pool = pool
+            ctx.scale = sign * k
+            loss = 1 - value if cls.higher_is_better else value
+            # Half inputs get a float32 loss, as autocast gives torch's own losses:
+            # unbounded metrics (odds ratios) pass 65504 at their singular set.
+            return loss.to(_wide(s.dtype))
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+            y, w, d, g1, g0 = ctx.saved_tensors
+            if ctx.pool is not None:
+                # Every rank's loss depends on this rank's counts through the all-reduce.
+                grad = ctx.pool.sum_grad(grad)
+            # d loss / d a = sign * (y g1 + (1 - y) g0): two per-row scalars and
+            # one elementwise pass, with no autograd graph through the sums. It runs in
+            # the forward's working dtype (float32 at least): in half, a coefficient of
+            # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
+            scale = grad.to(g1.dtype) * ctx.scale
+            c1 = (scale * g1).to(y.dtype).unsqueeze(-1)
+            c0 = (scale * g0).to(y.dtype).unsqueeze(-1)
+            grad_s = torch.addcmul(c0, y, c1 - c0)
+            if w is not None:
+                grad_s = grad_s.mul_(w)
+            if d is not None:
+                grad_s = grad_s.mul_(d)
+            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 9)
+
+    SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
+    return SymbolicMetric
+
+
+class MetricLoss(torch.nn.Module):
+    """``1 - metric`` (or ``metric`` where lower is better) on a relaxed confusion matrix.
+
+    ``forward(input, target)``: ``input`` holds probabilities (or logits with
+    ``from_logits=True``). ``mode="binary"``: ``target`` 0/1 (or soft) labels
+    of the input's shape ``(N, *)``. ``"multiclass"``: input ``(N, C, *)``
+    (softmax applied when ``from_logits``), target ``(N, *)`` integer class
+    indices or ``(N, C, *)`` one-hot/soft labels. ``"multilabel"``: input and
+    target ``(N, C, *)``, one independent sigmoid per class. ``average`` combines
+    the classes (``micro`` pools their counts, ``macro`` averages their losses,
+    ``weighted`` by support, ``none`` returns one per class); ``ignore_index``
+    drops elements with that target from every count; ``classes`` picks class
+    indices and ``class_weights`` (one per class) weighs them.
+    With ``multidim_average="global"`` the whole batch forms the confusion
+    matrices; with ``"samplewise"`` each sample has its own and ``reduction``
+    (``mean``, ``sum``, ``none``) combines the samples. Averages skip classes
+    and samples with neither target nor (hard) prediction, falling back to all
+    when none remain: see ``docs/modes.md``.
+    ``backward="symbolic"`` runs the backward pass from the metric's symbolic
+    partials in one elementwise pass per row; ``"autograd"`` differentiates the
+    forward. Softmax and sigmoid are left to autograd either way.
+    ``eps`` guards every denominator, root and log (``docs/numerics.md``);
+    ``validate_args`` checks the data for NaN/inf, out-of-range values and class
+    indices (one min/max pass; skipped while ``torch.compile`` traces). Half and
+    bfloat16 inputs give a float32 loss; counts are summed in float64.
+    """
+
+    formula: ClassVar[str] = ""
+    #: The generated source of the two kernels, for reading.
+    source: ClassVar[str] = ""
+    higher_is_better: ClassVar[bool] = True
+    _function: ClassVar[Any] = None
+
+    @staticmethod
+    def metric_value(TP: Tensor, FP: Tensor, FN: Tensor, TN: Tensor, eps: float) -> Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def metric_and_coefficients(
+        TP: Tensor, FP: Tensor, FN: Tensor, TN: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        raise NotImplementedError
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._function = _symbolic_function(cls)
+
+    def __init__(
+        self,
+        relaxation: str = "anyloss",
+        *,
+        amplifier: float = 73.0,
+        slope: float = 1.0,
+        offset: float = 0.0,
+        from_logits: bool = False,
+        backward: str = "symbolic",
+        multidim_average: str = "global",
+        reduction: str = "mean",
+        eps: float = 1e-7,
+        sync_dist: bool = False,
+        process_group: Any = None,
+        memory_decay: float | None = None,
+        mode: str = "binary",
+        average: str = "macro",
+        ignore_index: int | None = None,
+        classes: Sequence[int] | None = None,
+        class_weights: Sequence[float] | None = None,
+        validate_args: bool = True,
+    ) -> None:
+        super().__init__()
+        relax = RELAXATIONS[look_up_option("relaxation", relaxation)]
+        for name, value in (("backward", backward), ("multidim_average", multidim_average),
+                            ("reduction", reduction)):
+            look_up_option(name, value)
+        relax.check_options(bool(from_logits))
+        self.amplifier = check_number("amplifier", amplifier)
+        self.slope = check_number("slope", slope)
+        self.eps = check_number("eps", eps)
+        self.relaxation = relaxation
+        self.offset = float(offset)
+        self.from_logits = bool(from_logits)
+        self.backward_mode = backward
+        self.multidim_average = multidim_average
+        self.reduction = reduction
+        self.validate_args = bool(validate_args)
+        self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average)
+        self.mode = mode
+        self.average = average
+        self.ignore_index, self.classes, self.class_weights = check_class_options(
+            mode, average, ignore_index, classes, class_weights)
+        relax.check_mode(mode)
+
+    def extra_repr(self) -> str:
+        return (f"relaxation={self.relaxation!r}, amplifier={self.amplifier}, "
+                f"from_logits={self.from_logits}, backward={self.backward_mode!r}, "
+                f"mode={self.mode!r}, average={self.average!r}, "
+                f"multidim_average={self.multidim_average!r}, reduction={self.reduction!r}")
+
+    def reset_memory(self) -> None:
+        """Forget the counts of past batches (``memory_decay``); a no-op without memory."""
+        if self.pool is not None:
+            self.pool.reset()
+
+    def _relax_args(self, from_logits: bool | None = None) -> tuple[str, float, float, float, bool]:
+        fl = self.from_logits if from_logits is None else from_logits
+        return self.relaxation, self.amplifier, self.slope, self.offset, fl
+
+    def row_losses(self, s: Tensor, y: Tensor, w: Tensor | None = None, *,
+                   from_logits: bool | None = None) -> Tensor:
+        """Loss of each row of ``(R, M)`` scores against ``(R, M)`` labels, shape ``(R,)``.
+
+        ``(N, R, M)`` inputs give one loss per row ``r``, pooling ``[:, r, :]``.
+
+        ``from_logits`` overrides the module's setting (multiclass rows hold
+        softmax probabilities even when the input held logits).
+        """
+        args = self._relax_args(from_logits)
+        if self.backward_mode == "symbolic":
+            return self._function.apply(s, y, w, *args, self.eps, self.pool)
+        # Same dtype path as the symbolic backward: float32 at least.
+        work = _wide(s.dtype)
+        sw = s.to(work)
+        if s.dtype == torch.float16 and sw.requires_grad:
+            sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
+        a = relax(sw, *args, sigmoid=stable_sigmoid)
+        counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
+        if self.pool is not None:
+            counts = self.pool(counts, differentiable=True)
+        value = _rows(self.metric_value(*counts, self.eps), counts[0])
+        loss = 1 - value if self.higher_is_better else value
+        return loss.to(work)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index,
+                        self.validate_args)
+        # One class (binary) makes every average the same; micro is the cheapest.
+        average = "micro" if self.mode == "binary" else self.average
+        samplewise = self.multidim_average == "samplewise" and input.dim() > 0
+        # Micro over the whole batch is one row, its own average: presence is not needed.
+        single = average == "micro" and not samplewise
+        r = class_rows(input, target, self.mode, self.from_logits, self.ignore_index,
+                       self.classes, self.class_weights, need_hard=not single)
+        n, k, m = r.s.shape
+        w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
+        if average == "micro" and r.weights is not None:
+            # Micro pools the classes' counts, so a class weight scales its elements.
+            cw = r.weights.to(r.s.dtype).view(1, k, 1)
+            w = cw.expand(n, k, m) if w is None else w * cw
+
+        def rows(t: Tensor) -> Tensor:
+            if average == "micro":  # one row per sample (or one for the batch)
+                return t.reshape(n, k * m) if samplewise else t.reshape(1, -1)
+            # one row per (sample, class), or per class: (N, K, M) pools dims 0 and 2,
+            # which saves transposed copies of the scores, labels and gradient
+            return t.reshape(n * k, m) if samplewise else t
+
+        yr = rows(r.y)
+        wr = None if w is None else rows(w)
+        losses = self.row_losses(rows(r.s), yr, wr, from_logits=r.from_logits)
+        if single:
+            return losses[0]
+        f64 = torch.float64
+        yw = (yr if wr is None else yr * wr).detach()
+        pooled = yw.dim() == 3
+        support = yw.sum((0, 2) if pooled else -1, dtype=_sum_dtype(yw)).to(f64)
+        assert r.hard is not None
+        hard = rows(r.hard)
+        if wr is not None:  # ignored (or zero-weight) elements predict nothing either
+            hard = hard & (wr > 0)
+        present = (support > 0) | (hard.any(-1).any(0) if pooled else hard.any(-1))
+        if self.pool is not None:
+            support = self.pool.across_ranks(support)
+            present = self.pool.across_ranks(present) > 0
+        shape = (n if samplewise else 1, -1)
+        per, keep = average_rows(losses.view(shape), present.view(shape), support.view(shape),
+                                 None if average == "micro" else r.weights,
+                                 "macro" if average == "micro" else average)
+        if not samplewise:
+            return per[0]
+        return reduce_samples(per, keep, self.reduction)

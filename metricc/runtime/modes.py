@@ -1,0 +1,281 @@
+"""Modes as stages: validate, then lay out a batch as ``(N, K, M)`` rows; and the averages.
+
+One ``_<mode>_validate``/``_<mode>_format`` pair per mode (``binary``,
+``multiclass``, ``multilabel``), as torchmetrics' ``stat_scores`` does it; the
+loss runs :func:`validate_inputs` then :func:`class_rows`. The absent-class
+policy (:func:`class_average_weights`) is shared by the loss and the hard-label
+score (``metricc.score``), so both average the same classes: see ``docs/modes.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..errors import MetricError
+from .options import select_classes
+
+
+class ClassRows(NamedTuple):
+    """Scores, labels and masks of a batch laid out as ``(N, K, M)``.
+
+    ``K`` is the number of selected classes (1 in binary mode), ``M`` the
+    number of elements per sample and class. ``mask`` (``(N, 1 or K, M)``,
+    ``None`` without ``ignore_index``) is False where the target is ignored;
+    ``hard`` is the 0/1 prediction (threshold or argmax) that decides which
+    classes are present; ``weights`` holds the selected ``class_weights``.
+    """
+
+    s: Tensor
+    y: Tensor
+    mask: Tensor | None
+    hard: Tensor | None
+    from_logits: bool
+    weights: Tensor | None
+
+
+def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
+                    ignore_index: int | None, validate_args: bool) -> None:
+    """Refuse inputs the loss would silently mis-train on, naming the fix.
+
+    Type, device, emptiness and (binary) shape checks are free and always
+    run; the ``_<mode>_format`` stages check the other modes' shapes. The checks
+    that read the data (NaN/inf, ranges, class indices) cost one min/max pass
+    over each tensor and one device sync; they run when ``validate_args`` is
+    true and the module is not being traced by ``torch.compile`` (a
+    data-dependent ``if`` would break a ``fullgraph=True`` graph).
+    """
+    err = MetricError
+    if not isinstance(input, Tensor) or not isinstance(target, Tensor):
+        raise err(f"input and target must be tensors, got {type(input).__name__} and "
+                  f"{type(target).__name__}")
+    if not input.is_floating_point():
+        hint = (" (class indices belong in target; input holds the scores)"
+                if input.dtype not in (torch.bool, torch.complex64, torch.complex128) else "")
+        raise err(f"input must be a floating-point tensor of probabilities or logits, got "
+                  f"{input.dtype}{hint}; convert it with input.float()")
+    if target.is_complex():
+        raise err(f"target must be real, got {target.dtype}")
+    if mode == "binary":
+        _binary_validate(input, target)
+    if input.device != target.device:
+        raise err(f"input is on {input.device} but target on {target.device}; move both to "
+                  "one device")
+    if input.numel() == 0:
+        raise err(f"input is empty (shape {tuple(input.shape)}): a confusion matrix of no "
+                  "elements has no metric; skip empty batches (if input.numel(): ...)")
+    if not validate_args or torch.compiler.is_compiling():
+        return
+    x, t = input.detach(), target.detach()
+    indices = mode == "multiclass" and t.shape != x.shape  # (N, *) class indices
+    ignore = ignore_index
+    if ignore is not None and t.dtype != torch.bool:
+        # ignored elements may hold anything (255 in segmentation masks)
+        t = torch.where(t == ignore, torch.zeros((), dtype=t.dtype, device=t.device), t)
+    stats = [*torch.aminmax(x)]
+    if t.dtype != torch.bool:
+        stats += [*torch.aminmax(t)]
+    lo, hi, *trange = torch.stack([v.to(torch.float64) for v in stats]).tolist()
+    if math.isnan(lo) or math.isnan(hi):
+        raise err("input contains NaN; the model produced it upstream (a diverged step, "
+                  "log(0), 0/0): find it with torch.autograd.set_detect_anomaly(True)")
+    if math.isinf(lo) or math.isinf(hi):
+        raise err(f"input contains {'-inf' if math.isinf(lo) else 'inf'}; scores must be "
+                  "finite (clamp logits, or check the model for overflow)")
+    if not from_logits and (lo < 0 or hi > 1):
+        raise err(f"input has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
+                  "from_logits=False: pass from_logits=True if these are logits, or apply "
+                  f"torch.{'softmax(input, 1)' if mode == 'multiclass' else 'sigmoid'} "
+                  "first")
+    if not trange:
+        return
+    tlo, thi = trange
+    if math.isnan(tlo) or math.isnan(thi):
+        raise err("target contains NaN; labels must be 0/1 (or soft labels in [0, 1])")
+    if indices:
+        c = x.shape[1]
+        if tlo < 0 or thi >= c:
+            bad = int(tlo) if tlo < 0 else int(thi)
+            raise err(f"target holds class index {bad}, but the input has {c} classes "
+                      f"(indices 0 to {c - 1}); set ignore_index={bad} if it marks "
+                      "elements to leave out")
+    elif tlo < 0 or thi > 1:
+        hint = (" For 0/255 masks pass target / 255 (or ignore_index=255 if 255 marks "
+                "elements to leave out)." if thi == 255
+                else " Are input and target swapped? forward takes (input, target)."
+                if tlo < 0 else "")
+        raise err(f"target has values outside [0, 1] (min {tlo:.4g}, max {thi:.4g}); "
+                  f"{'binary' if mode == 'binary' else mode} targets are 0/1, "
+                  "or soft labels in [0, 1]." + hint)
+
+
+def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
+               ignore_index: int | None, classes: tuple[int, ...] | None,
+               class_weights: tuple[float, ...] | None, need_hard: bool = True) -> ClassRows:
+    """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
+
+    ``hard`` (the 0/1 predictions, a thresholding or argmax pass) is ``None``
+    unless ``need_hard``. Raises :class:`MetricError` when the target's shape (or
+    dtype, for class indices) does not fit the mode. Only shapes are checked,
+    so this stays traceable by ``torch.compile``; label values are not inspected.
+    The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
+    """
+    if mode == "binary":
+        return _binary_format(input, target, from_logits, ignore_index, need_hard)
+    if input.dim() < 2:
+        raise MetricError(f"mode={mode!r} needs input of shape (N, C, *) with classes on dim 1, "
+                          f"got {tuple(input.shape)}; for one class per element use "
+                          "mode='binary'")
+    chosen, weights = select_classes(input.shape[1], classes, class_weights)
+    w_t = None if weights is None else torch.tensor(weights, dtype=input.dtype,
+                                                     device=input.device)
+    idx = None if chosen is None else torch.tensor(chosen, device=input.device)
+    fmt = _multilabel_format if mode == "multilabel" else _multiclass_format
+    r = fmt(input, target, from_logits, ignore_index, need_hard)
+
+    def pick(t: Tensor | None) -> Tensor | None:
+        return t if t is None or idx is None or t.shape[1] == 1 else t.index_select(1, idx)
+
+    return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t)
+
+
+def _binary_validate(input: Tensor, target: Tensor) -> None:
+    """Binary inputs and targets are elementwise pairs: the same shape."""
+    if input.shape != target.shape:
+        raise MetricError(f"input and target must have the same shape, got "
+                          f"{tuple(input.shape)} and {tuple(target.shape)} (forward takes "
+                          "(input, target), predictions first)")
+
+
+def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
+                   ignore_index: int | None, need_hard: bool) -> ClassRows:
+    """``(N, 1, M)`` rows of one class; ``mask`` is False where the target is ignored."""
+    dtype = input.dtype
+    n = input.shape[0] if input.dim() > 0 else 1
+    s = input.reshape(n, 1, -1)
+    t = target.reshape(n, 1, -1)
+    mask = None if ignore_index is None else t != ignore_index
+    y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
+    hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
+    return ClassRows(s, y, mask, hard, from_logits, None)
+
+
+def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
+                       ignore_index: int | None, need_hard: bool) -> ClassRows:
+    """``(N, C, M)`` rows, one independent 0/1 label per class and element."""
+    err = MetricError
+    dtype = input.dtype
+    n, c = input.shape[:2]
+    if target.shape != input.shape:
+        raise err(f"mode='multilabel' needs target of the input's shape {tuple(input.shape)} "
+                  f"(one 0/1 label per class), got {tuple(target.shape)}")
+    s = input.reshape(n, c, -1)
+    t = target.reshape(n, c, -1)
+    mask = None if ignore_index is None else t != ignore_index
+    y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
+    hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
+    return ClassRows(s, y, mask, hard, from_logits, None)
+
+
+def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
+                       ignore_index: int | None, need_hard: bool) -> ClassRows:
+    """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
+
+    Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
+    the hard prediction is the argmax. The rows hold probabilities, so the
+    returned ``from_logits`` is False.
+    """
+    err = MetricError
+    dtype = input.dtype
+    n, c = input.shape[:2]
+    if c < 2:
+        raise err(f"mode='multiclass' needs at least 2 classes on dim 1, got input of shape "
+                  f"{tuple(input.shape)}; for a single class use mode='binary'")
+    index_shape = input.shape[:1] + input.shape[2:]
+    p = torch.softmax(input, dim=1) if from_logits else input
+    s = p.reshape(n, c, -1)
+    labels = torch.arange(c, device=input.device).view(1, c, 1)
+    # argmax of the logits is the argmax of the softmax; max(1).indices is that argmax
+    # (first maximum on ties, too) but several times faster on CPU than argmax(1).
+    hard = input.detach().max(1).indices.reshape(n, 1, -1) == labels if need_hard else None
+    if target.shape == input.shape:
+        if ignore_index is not None:
+            raise err("ignore_index applies to class-index targets of shape (N, *); with "
+                      "one-hot targets (N, C, *) pass class indices (target.argmax(1) with "
+                      "the ignored elements set to ignore_index) instead")
+        y = target.reshape(n, c, -1).to(dtype)
+        mask = None
+    elif target.shape == index_shape:
+        if target.is_floating_point() or target.is_complex():
+            raise err(f"class-index targets of shape {tuple(index_shape)} must be an integer "
+                      f"tensor, got {target.dtype}; use target.long(), or pass one-hot "
+                      f"targets of shape {tuple(input.shape)}")
+        t = target.reshape(n, 1, -1)
+        y = (t == labels).to(dtype)
+        mask = None if ignore_index is None else t != ignore_index
+    else:
+        raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
+                  f"indices) or {tuple(input.shape)} (one-hot or soft), got "
+                  f"{tuple(target.shape)}")
+    return ClassRows(s, y, mask, hard, False, None)
+
+
+def _first_positive(candidates: list[Tensor], dim: int) -> Tensor:
+    """Along ``dim``, the first candidate weight vector whose sum is positive (else the last)."""
+    out = candidates[-1]
+    for cand in reversed(candidates[:-1]):
+        out = torch.where(cand.sum(dim, keepdim=True) > 0, cand, out)
+    return out
+
+
+def class_average_weights(present: Tensor, support: Tensor, weights: Tensor | None,
+                          average: str) -> Tensor:
+    """The weight of each class in each sample's average: the absent-class policy.
+
+    ``present`` (``(S, K)`` bool) marks classes with a target or a (hard)
+    prediction in that sample's counts, ``support`` is each class's (weighted)
+    number of target elements, ``weights`` the ``class_weights`` (``(K,)``).
+    ``macro`` weighs present classes by ``weights`` and ignores absent ones;
+    ``weighted`` weighs them by ``weights * support``. Where that leaves
+    nothing, it falls back to the present classes, then to every class, so the
+    weights of each row are >= 0 and sum to 1 (float64).
+    """
+    f64 = torch.float64
+    base = torch.ones_like(support, dtype=f64)
+    if weights is not None:
+        base = base * weights.to(device=support.device, dtype=f64)
+    candidates = [base * present.to(f64), base]
+    if average == "weighted":
+        candidates.insert(0, base * support.to(f64))
+    v = _first_positive(candidates, -1)
+    return v / v.sum(-1, keepdim=True)
+
+
+def average_rows(values: Tensor, present: Tensor, support: Tensor, weights: Tensor | None,
+                 average: str) -> tuple[Tensor, Tensor]:
+    """Average ``(S, K)`` per-class values over classes (see :func:`class_average_weights`).
+
+    Returns the per-sample values (``(S,)``, or ``(S, K)`` for ``none``) and
+    which of them had anything present.
+    """
+    if average == "none":
+        return values, present
+    v = class_average_weights(present, support, weights, average)
+    return (v.to(values.dtype) * values).sum(-1), present.any(-1)
+
+
+def reduce_samples(per: Tensor, keep: Tensor, reduction: str) -> Tensor:
+    """``reduction`` over samples (dim 0), skipping samples with nothing present.
+
+    When no sample has anything present, every sample counts.
+    """
+    if reduction == "none":
+        return per
+    f64 = torch.float64
+    u = _first_positive([keep.to(f64), torch.ones_like(keep, dtype=f64)], 0)
+    if reduction == "mean":
+        u = u / u.sum(0, keepdim=True)
+    return (u.to(per.dtype) * per).sum(0)

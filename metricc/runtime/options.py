@@ -1,0 +1,148 @@
+"""The loss's string options, validated in one place, with did-you-mean suggestions.
+
+Needs only the standard library: the CLI reads the choices from here without
+importing torch, and standalone loss files carry this module.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import MetricError, suggest
+
+#: Names of the relaxations; :data:`metricc.runtime.relax.RELAXATIONS` maps each
+#: to its object (a test keeps the two in step).
+RELAXATION_NAMES = ("anyloss", "linear", "sigmoid")
+REDUCTIONS = ("mean", "sum", "none")
+BACKWARDS = ("symbolic", "autograd")
+MULTIDIM_AVERAGES = ("global", "samplewise")
+MODES = ("binary", "multiclass", "multilabel")
+AVERAGES = ("micro", "macro", "weighted", "none")
+
+#: The allowed values of every string option, by option name.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "relaxation": RELAXATION_NAMES,
+    "backward": BACKWARDS,
+    "multidim_average": MULTIDIM_AVERAGES,
+    "reduction": REDUCTIONS,
+    "mode": MODES,
+    "average": AVERAGES,
+}
+
+
+def look_up_option(name: str, value: Any, choices: Sequence[str] | None = None) -> str:
+    """``value`` if it is one of the ``choices`` of option ``name``, else a :class:`MetricError`.
+
+    ``choices`` defaults to ``CHOICES[name]``. The message lists the choices
+    and suggests the closest for a likely typo.
+
+    >>> look_up_option("reduction", "sum")
+    'sum'
+    >>> look_up_option("reduction", "summ")
+    Traceback (most recent call last):
+    ...
+    metricc.errors.MetricError: reduction='summ' is not one of 'mean', 'sum', 'none' (did you mean 'sum'?)
+    """
+    allowed = CHOICES[name] if choices is None else tuple(choices)
+    if isinstance(value, str) and value in allowed:
+        return value
+    hint = suggest(value, list(allowed)) if isinstance(value, str) else ""
+    raise MetricError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}{hint}")
+
+
+def check_class_options(
+    mode: str, average: str, ignore_index: Any, classes: Any, class_weights: Any,
+) -> tuple[int | None, tuple[int, ...] | None, tuple[float, ...] | None]:
+    """Validate ``mode``, ``average``, ``ignore_index``, ``classes``, ``class_weights``.
+
+    Returns ``(ignore_index, classes, class_weights)`` as plain ints and floats.
+    """
+    look_up_option("mode", mode)
+    look_up_option("average", average)
+    if ignore_index is not None:
+        ignore_index = _as_int("ignore_index", ignore_index)
+    if mode == "binary" and (classes is not None or class_weights is not None):
+        raise MetricError("classes and class_weights pick and weigh the classes of an "
+                          "(N, C, *) input; mode='binary' has a single class: use "
+                          "mode='multiclass' or 'multilabel'")
+    cl = None
+    if classes is not None:
+        cl = tuple(_as_int("classes", c) for c in _as_sequence("classes", classes))
+        if not cl:
+            raise MetricError("classes is empty: list at least one class index, or pass None "
+                              "for all")
+        if min(cl) < 0:
+            raise MetricError(f"classes must be class indices >= 0, got {list(cl)}")
+        if len(set(cl)) != len(cl):
+            raise MetricError(f"classes lists a class twice: {list(cl)}")
+    cw = None
+    if class_weights is not None:
+        if average == "none":
+            raise MetricError("class_weights weigh the classes in an average; average='none' "
+                              "returns each class's loss on its own, so weights do not apply")
+        cw = tuple(_as_float(x) for x in _as_sequence("class_weights", class_weights))
+        if not cw:
+            raise MetricError("class_weights is empty: give one weight per class, or pass None")
+    return ignore_index, cl, cw
+
+
+def select_classes(num_classes: int, classes: tuple[int, ...] | None,
+                   class_weights: tuple[float, ...] | None
+                   ) -> tuple[list[int] | None, list[float] | None]:
+    """Check ``classes`` and ``class_weights`` against the input's ``num_classes``.
+
+    Returns the selected class indices (``None`` for all) and their weights.
+    """
+    if classes is not None and max(classes) >= num_classes:
+        bad = [c for c in classes if c >= num_classes]
+        raise MetricError(f"classes names class {bad[0]}, but the input has {num_classes} "
+                          f"classes (indices 0 to {num_classes - 1})")
+    chosen = list(classes) if classes is not None else list(range(num_classes))
+    if class_weights is None:
+        return (None if classes is None else chosen), None
+    if len(class_weights) != num_classes:
+        raise MetricError(f"class_weights has {len(class_weights)} weights but the input has "
+                          f"{num_classes} classes: give one weight per class index (the weights "
+                          "of classes left out by classes= are not used)")
+    weights = [class_weights[c] for c in chosen]
+    if not sum(weights) > 0:
+        raise MetricError("class_weights of the selected classes are all 0; at least one must "
+                          "be > 0")
+    return (None if classes is None else chosen), weights
+
+
+def check_number(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite number >= 0, else a :class:`MetricError`."""
+    if not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise MetricError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _as_sequence(name: str, value: Any) -> list[Any]:
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()  # a tensor or array
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise MetricError(f"{name} must be a list of numbers, got {value!r}")
+    return list(value)
+
+
+def _as_int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise MetricError(f"{name} must hold integers, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise MetricError(f"{name} must hold integers, got {value!r}") from None
+
+
+def _as_float(value: Any) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = float("nan")
+    if isinstance(value, bool) or not math.isfinite(x) or x < 0:
+        raise MetricError(f"class_weights must be finite numbers >= 0, got {value!r}")
+    return x

@@ -1,0 +1,85 @@
+"""One rank of the stateful-metric sync check in ``test_stateful_ddp.py``.
+
+Run as ``python tests/stateful_ddp_worker.py RANK WORLD PORT OUTDIR``: joins a
+``gloo`` group on 127.0.0.1, updates each metric of :data:`CASES` with this
+rank's shards of every step (uneven; on one rank some steps have no positive),
+and saves the synced ``compute()`` of each to ``OUTDIR/rank{RANK}.pt``.
+The test compares them with one process updating on all the data.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from typing import Any
+
+import torch
+
+C = 4
+STEPS = 3
+SHARDS = {1: [9], 2: [6, 3], 3: [2, 5, 2]}
+
+#: name -> (metric, options of Metric.metric)
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "binary_f1": ("f1", {}),
+    "binary_mcc_samplewise": ("mcc", {"multidim_average": "samplewise"}),
+    "multiclass_jaccard_macro": ("jaccard", {"mode": "multiclass", "num_classes": C,
+                                             "ignore_index": 255}),
+    "multiclass_f1_none_samplewise": ("f1", {"mode": "multiclass", "num_classes": C,
+                                             "average": "none", "ignore_index": 255,
+                                             "multidim_average": "samplewise"}),
+    "multilabel_recall_weighted": ("recall", {"mode": "multilabel", "num_classes": C,
+                                              "average": "weighted"}),
+}
+
+
+def make_data(step: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The whole step's batch for every mode; ranks take consecutive slices of it."""
+    g = torch.Generator().manual_seed(500 + step)
+    n = sum(SHARDS[1])
+    binary_t = (torch.rand(n, 5, generator=g) < 0.3).long()
+    binary_t[-2:] = 0  # the last rank's shard has no positive
+    mc_t = torch.randint(0, C, (n, 5), generator=g)
+    mc_t[torch.rand(n, 5, generator=g) < 0.1] = 255
+    return {
+        "binary": (torch.rand(n, 5, generator=g), binary_t),
+        "multiclass": (torch.randn(n, C, 5, generator=g).softmax(1), mc_t),
+        "multilabel": (torch.rand(n, C, 5, generator=g),
+                       (torch.rand(n, C, 5, generator=g) < 0.3).long()),
+    }
+
+
+def run(world: int, ranks: list[int]) -> dict[str, torch.Tensor]:
+    """``compute()`` of every case after updating with the shards of ``ranks``, rank by rank.
+
+    A rank of a group passes itself; one process passing every rank sees all the data
+    in the order in which the synced samplewise states are concatenated (rank-major).
+    """
+    import metricc
+
+    sizes = SHARDS[world]
+    metrics = {name: metricc.compile(f).metric(**opts) for name, (f, opts) in CASES.items()}
+    data = [make_data(step) for step in range(STEPS)]
+    for rank in ranks:
+        lo = sum(sizes[:rank])
+        for step in range(STEPS):
+            for name, m in metrics.items():
+                p, t = data[step][name.split("_")[0]]
+                m.update(p[lo:lo + sizes[rank]], t[lo:lo + sizes[rank]])
+    return {name: m.compute() for name, m in metrics.items()}
+
+
+def main() -> None:
+    rank, world, port, outdir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                         rank=rank, world_size=world,
+                                         timeout=datetime.timedelta(seconds=60))
+    try:
+        torch.save(run(world, [rank]), f"{outdir}/rank{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
