@@ -162,7 +162,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_PROBLEM
     print(verification)
     ok = bool(getattr(verification, "ok", True))
-    return EXIT_OK if ok and not report.wrong_way() else EXIT_PROBLEM
+    trains = report.depends_on_predictions and not report.wrong_way()
+    return EXIT_OK if ok and trains else EXIT_PROBLEM
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -219,8 +220,8 @@ example:
   metricc check mcc
   metricc check "FP/(TP+FP)"          # exits 1: this loss would train the wrong way
 
-exit status: 0 all good, 1 the loss trains the wrong way or verification failed,
-2 a usage or formula error.""",
+exit status: 0 all good, 1 the loss trains the wrong way (or not at all: a formula of
+P and N only) or verification failed, 2 a usage or formula error.""",
     "list": """\
 example:
   metricc list""",
@@ -247,8 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("compile", cmd_compile, "write a standalone loss module that needs only torch")
     _add_formula(p, "FORMULA_OR_NAME")
-    p.add_argument("--relaxation", choices=RELAXATION_NAMES, default="anyloss",
-                   help="how predictions are relaxed to soft 0/1 (default: anyloss)")
+    p.add_argument("--relaxation", choices=RELAXATION_NAMES, default=None,
+                   help="how predictions are relaxed to soft 0/1 (default: softmax with "
+                        "--option mode=multiclass, else anyloss)")
     p.add_argument("--name", metavar="CLASS",
                    help="the loss class name (default: from the metric, e.g. F1Loss)")
     p.add_argument("--from-logits", action="store_true",

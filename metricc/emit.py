@@ -253,5 +253,5 @@ def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: 
         "__doc__": f"Loss for the metric {formula!r} = {expr}.",
     }
     class_name = ("".join(part.capitalize() for part in name.split("_")) + "Loss" if name
-                  else "MetricLoss_")
+                  else "CustomMetricLoss")
     return type(class_name, (MetricLoss,), attrs)

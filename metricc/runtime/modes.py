@@ -10,12 +10,14 @@ score (``metricc.score``), so both average the same classes: see ``docs/modes.md
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ..errors import MetricError
+from ..errors import MetricError, MetricWarning
 from .options import select_classes
 
 
@@ -61,6 +63,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
         raise err(f"target must be real, got {target.dtype}")
     if mode == "binary":
         _binary_validate(input, target)
+    elif mode == "multilabel":
+        _multilabel_validate(input, target)
     if input.device != target.device:
         raise err(f"input is on {input.device} but target on {target.device}; move both to "
                   "one device")
@@ -90,6 +94,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                   "from_logits=False: pass from_logits=True if these are logits, or apply "
                   f"torch.{'softmax(input, 1)' if mode == 'multiclass' else 'sigmoid'} "
                   "first")
+    if from_logits and lo >= 0 and hi <= 1:
+        _warn_if_probabilities(x, mode)
     if not trange:
         return
     tlo, thi = trange
@@ -114,7 +120,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
 
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                ignore_index: int | None, classes: tuple[int, ...] | None,
-               class_weights: tuple[float, ...] | None, need_hard: bool = True) -> ClassRows:
+               class_weights: tuple[float, ...] | None, need_hard: bool = True,
+               class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
 
     ``hard`` (the 0/1 predictions, a thresholding or argmax pass) is ``None``
@@ -122,6 +129,8 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     dtype, for class indices) does not fit the mode. Only shapes are checked,
     so this stays traceable by ``torch.compile``; label values are not inspected.
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
+    ``class_step`` (multiclass) maps the ``(N, C, *)`` input to class memberships in
+    place of the softmax (a class-wise relaxation); its output is counted as it is.
     """
     if mode == "binary":
         return _binary_format(input, target, from_logits, ignore_index, need_hard)
@@ -133,13 +142,47 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     w_t = None if weights is None else torch.tensor(weights, dtype=input.dtype,
                                                      device=input.device)
     idx = None if chosen is None else torch.tensor(chosen, device=input.device)
-    fmt = _multilabel_format if mode == "multilabel" else _multiclass_format
-    r = fmt(input, target, from_logits, ignore_index, need_hard)
+    if mode == "multilabel":
+        r = _multilabel_format(input, target, from_logits, ignore_index, need_hard)
+    else:
+        r = _multiclass_format(input, target, from_logits, ignore_index, need_hard, class_step)
 
     def pick(t: Tensor | None) -> Tensor | None:
         return t if t is None or idx is None or t.shape[1] == 1 else t.index_select(1, idx)
 
     return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t)
+
+
+#: Below this many elements a batch of logits may well all lie in [0, 1] by chance.
+_PROBABILITY_HINT_MIN = 64
+
+
+def _warn_if_probabilities(x: Tensor, mode: str) -> None:
+    """Warn when ``from_logits=True`` input looks like probabilities: the loss would apply a
+    second sigmoid/softmax and train on a squashed, nearly flat signal."""
+    if mode == "multiclass":
+        if x.dim() < 2 or not bool(((x.sum(1, dtype=torch.float64) - 1).abs() <= 1e-3).all()):
+            return
+        why = "every element's class scores lie in [0, 1] and sum to 1"
+        fix = "pass from_logits=False (or the logits before softmax)"
+    else:
+        if x.numel() < _PROBABILITY_HINT_MIN:
+            return
+        why = f"all {x.numel()} scores lie in [0, 1]"
+        fix = "pass from_logits=False if they are probabilities (or the logits before sigmoid)"
+    warnings.warn(f"input looks like probabilities, but from_logits=True ({why}); {fix}. "
+                  "Silence this with validate_args=False or the warnings module if they "
+                  "really are logits.", MetricWarning, stacklevel=6)
+
+
+def _multilabel_validate(input: Tensor, target: Tensor) -> None:
+    """Multilabel targets hold one 0/1 label per class: the input's shape ``(N, C, *)``."""
+    if input.dim() >= 2 and target.shape == input.shape[:1] + input.shape[2:]:
+        raise MetricError(
+            f"mode='multilabel' needs target of the input's shape {tuple(input.shape)} (one 0/1 "
+            f"label per class), got {tuple(target.shape)}, the shape of class indices: use "
+            "mode='multiclass' for one class per element, or one-hot encode the target "
+            f"(torch.nn.functional.one_hot(target, {input.shape[1]}).movedim(-1, 1))")
 
 
 def _binary_validate(input: Tensor, target: Tensor) -> None:
@@ -181,7 +224,8 @@ def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
 
 
 def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
-                       ignore_index: int | None, need_hard: bool) -> ClassRows:
+                       ignore_index: int | None, need_hard: bool,
+                       class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
 
     Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
@@ -195,7 +239,11 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
         raise err(f"mode='multiclass' needs at least 2 classes on dim 1, got input of shape "
                   f"{tuple(input.shape)}; for a single class use mode='binary'")
     index_shape = input.shape[:1] + input.shape[2:]
-    p = torch.softmax(input, dim=1) if from_logits else input
+    if class_step is not None:
+        p = class_step(input)
+        dtype = p.dtype
+    else:
+        p = torch.softmax(input, dim=1) if from_logits else input
     s = p.reshape(n, c, -1)
     labels = torch.arange(c, device=input.device).view(1, c, 1)
     # argmax of the logits is the argmax of the softmax; max(1).indices is that argmax
