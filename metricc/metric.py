@@ -187,7 +187,7 @@ class Metric:
             out = torch.where(bad, torch.full_like(out, float(zero_division)), out)
         return out if tensor_in else float(out)
 
-    def score(self, preds: Any, target: Any, threshold: float = 0.5, *,
+    def score(self, preds: Any, target: Any, threshold: float | None = None, *,
               zero_division: float | None = None, mode: str = "binary",
               average: str = "macro", ignore_index: int | None = None, classes: Any = None,
               class_weights: Any = None, num_classes: int | None = None,
@@ -197,12 +197,15 @@ class Metric:
 
         ``preds`` may hold probabilities or 0/1 labels (tensors, arrays or lists),
         or logits with ``from_logits=True`` (the decision is then
-        ``sigmoid(logit) >= threshold``); binary and multilabel scores outside
-        ``[0, 1]`` without it are refused, as the loss refuses them (multiclass
-        scores may be either: their argmax is the same). ``multidim_average="samplewise"`` scores
-        each sample on its own and combines them by ``reduction`` (``mean``, ``sum``,
-        ``none``: a float64 tensor per sample), skipping samples with neither
-        target nor prediction, as the loss does.
+        ``sigmoid(logit) >= threshold``). ``threshold`` defaults to 0.5, and then
+        binary and multilabel scores outside ``[0, 1]`` without ``from_logits`` are
+        refused, as the loss refuses them; an explicit ``threshold`` applies to the
+        scores on their own scale (a logit threshold from :meth:`best_threshold`).
+        Multiclass scores may be logits or probabilities: their argmax is the same.
+        ``multidim_average="samplewise"`` scores each sample on its own and
+        combines them by ``reduction`` (``mean``, ``sum``, ``none``: a float64
+        tensor per sample), skipping samples with neither target nor prediction,
+        as the loss does.
         ``mode="multiclass"`` takes ``(N, C, *)`` scores (argmax) or ``(N, *)``
         integer labels with ``num_classes``, against ``(N, *)`` class indices
         or ``(N, C, *)`` one-hot targets; ``mode="multilabel"`` thresholds

@@ -25,7 +25,7 @@ __all__ = ["score", "score_classes"]
 Value = Callable[..., Any]
 
 
-def score(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
+def score(value: Value, preds: Any, target: Any, threshold: float | None = None, *,
           zero_division: float | None = None, mode: str = "binary", average: str = "macro",
           ignore_index: int | None = None, classes: Any = None, class_weights: Any = None,
           num_classes: int | None = None, from_logits: bool = False,
@@ -40,11 +40,13 @@ def score(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
     return _score_binary(value, preds, target, threshold, zero_division, from_logits)
 
 
-def _hard(p: Tensor, threshold: float, from_logits: bool, what: str) -> Tensor:
+def _hard(p: Tensor, threshold: float | None, from_logits: bool, what: str) -> Tensor:
     """``p >= threshold`` for probabilities, ``sigmoid(p) >= threshold`` for logits, 0/1 labels as they are.
 
-    Refuses scores outside ``[0, 1]`` without ``from_logits``, as the loss does:
-    thresholding logits at 0.5 would silently be the wrong decision.
+    Without a ``threshold`` (0.5 then) scores outside ``[0, 1]`` are refused unless
+    ``from_logits``, as the loss refuses them: thresholding logits at 0.5 would silently
+    be the wrong decision. An explicit ``threshold`` applies to the scores as they are,
+    on any scale (``best_threshold`` picks thresholds among the scores themselves).
     """
     if not p.is_floating_point():
         if p.dtype != torch.bool and p.numel() and not bool(((p == 0) | (p == 1)).all()):
@@ -55,15 +57,16 @@ def _hard(p: Tensor, threshold: float, from_logits: bool, what: str) -> Tensor:
         lo, hi = (float(v) for v in torch.aminmax(p.detach()))
         if math.isnan(lo) or math.isnan(hi):
             raise MetricError(f"{what} contains NaN")
-        if not from_logits and (lo < 0 or hi > 1):
+        if threshold is None and not from_logits and (lo < 0 or hi > 1):
             raise MetricError(f"{what} has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
                               "from_logits=False: pass from_logits=True if these are logits (the "
-                              "decision is then sigmoid(logit) >= threshold), or apply "
-                              "torch.sigmoid first")
-    return (torch.sigmoid(p.double()) if from_logits else p) >= threshold
+                              "decision is then sigmoid(logit) >= 0.5), apply torch.sigmoid "
+                              "first, or give the threshold on their own scale")
+    cut = 0.5 if threshold is None else threshold
+    return (torch.sigmoid(p.double()) if from_logits else p) >= cut
 
 
-def _score_binary(value: Value, preds: Any, target: Any, threshold: float,
+def _score_binary(value: Value, preds: Any, target: Any, threshold: float | None,
                   zero_division: float | None, from_logits: bool = False) -> float:
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target)
@@ -84,7 +87,7 @@ def _score_binary(value: Value, preds: Any, target: Any, threshold: float,
     return float(value(tp, fp, fn, tn, zero_division=zero_division))
 
 
-def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
+def score_classes(value: Value, preds: Any, target: Any, threshold: float | None = None, *,
                   mode: str = "multiclass", average: str = "macro",
                   ignore_index: int | None = None, classes: Any = None,
                   class_weights: Any = None, num_classes: int | None = None,
@@ -169,7 +172,7 @@ def _values(value: Value, counts: tuple[Tensor, ...], used: Tensor,
     return out
 
 
-def _multilabel(p: Tensor, t: Tensor, threshold: float, ignore_index: int | None,
+def _multilabel(p: Tensor, t: Tensor, threshold: float | None, ignore_index: int | None,
                 from_logits: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     if p.dim() < 2 or p.shape != t.shape:
         raise MetricError(f"mode='multilabel' needs preds and target of the same shape (N, C, *), "

@@ -25,6 +25,9 @@ def test_logits_are_refused_without_from_logits() -> None:
     # threshold applies to sigmoid(logit)
     want_07 = f1_score(y.numpy(), (torch.sigmoid(logits) >= 0.7).long().numpy())
     assert F1.score(logits, y, 0.7, from_logits=True) == pytest.approx(want_07, abs=1e-12)
+    # an explicit threshold without from_logits is on the scores' own scale (a logit cut)
+    want_logit = f1_score(y.numpy(), (logits >= -0.3).long().numpy())
+    assert F1.score(logits, y, -0.3) == pytest.approx(want_logit, abs=1e-12)
 
 
 def test_multilabel_logits_and_integer_labels() -> None:
