@@ -1,9 +1,12 @@
 """Exact scores on hard labels (``Metric.score``): binary, multiclass and multilabel.
 
-The class options and absent-class policy are the loss's
-(:mod:`metricc.runtime.options`, :mod:`metricc.runtime.modes`), so a loss and
-its score average the same classes; see ``docs/modes.md``. ``value`` is the
-metric's exact evaluation at counts (``Metric.value``).
+Hard labels get their own checks (``_<mode>_validate_hard``: targets must be
+0/1 or class indices, predictions labels or scores), then go through the loss's
+own stages: :func:`metricc.runtime.modes.class_rows` lays them out and picks
+the classes, and :func:`~metricc.runtime.modes.class_average_weights` applies
+the absent-class policy, so a loss and its score count and average the same
+classes (``docs/modes.md``). ``value`` is the metric's exact evaluation at
+counts (``Metric.value``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .errors import MetricError
-from .runtime.modes import class_average_weights, reduce_samples
+from .runtime.modes import _binary_validate, class_average_weights, class_rows, reduce_samples
 from .runtime.options import check_class_options, look_up_option, select_classes
 
 __all__ = ["score", "score_classes"]
@@ -40,44 +43,44 @@ def score(value: Value, preds: Any, target: Any, threshold: float | None = None,
     return _score_binary(value, preds, target, threshold, zero_division, from_logits)
 
 
-def _hard(p: Tensor, threshold: float | None, from_logits: bool, what: str) -> Tensor:
-    """``p >= threshold`` for probabilities, ``sigmoid(p) >= threshold`` for logits, 0/1 labels as they are.
+def _decision(p: Tensor, threshold: float | None, from_logits: bool) -> tuple[Tensor, float]:
+    """``(scores, cut)`` such that ``scores >= cut`` is the hard prediction of ``p``.
 
-    Without a ``threshold`` (0.5 then) scores outside ``[0, 1]`` are refused unless
-    ``from_logits``, as the loss refuses them: thresholding logits at 0.5 would silently
-    be the wrong decision. An explicit ``threshold`` applies to the scores as they are,
-    on any scale (``best_threshold`` picks thresholds among the scores themselves).
+    0/1 labels pass as they are (other integers are refused). Probabilities are cut
+    at ``threshold`` (0.5 by default), logits (``from_logits``) through their sigmoid.
+    Without a ``threshold``, scores outside ``[0, 1]`` are refused unless
+    ``from_logits``, as the loss refuses them: thresholding logits at 0.5 would
+    silently be the wrong decision. An explicit ``threshold`` applies to the scores
+    as they are, on any scale (``best_threshold`` picks thresholds among the scores).
     """
+    cut = 0.5 if threshold is None else threshold
     if not p.is_floating_point():
         if p.dtype != torch.bool and p.numel() and not bool(((p == 0) | (p == 1)).all()):
-            raise MetricError(f"{what} holds integers other than 0 and 1; pass 0/1 labels, or "
+            raise MetricError("preds holds integers other than 0 and 1; pass 0/1 labels, or "
                               "probabilities (or logits with from_logits=True) as floats")
-        return p != 0
+        return p, cut
     if p.numel():
         lo, hi = (float(v) for v in torch.aminmax(p.detach()))
         if math.isnan(lo) or math.isnan(hi):
-            raise MetricError(f"{what} contains NaN")
+            raise MetricError("preds contains NaN")
         if threshold is None and not from_logits and (lo < 0 or hi > 1):
-            raise MetricError(f"{what} has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
+            raise MetricError(f"preds has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
                               "from_logits=False: pass from_logits=True if these are logits (the "
                               "decision is then sigmoid(logit) >= 0.5), apply torch.sigmoid "
                               "first, or give the threshold on their own scale")
-    cut = 0.5 if threshold is None else threshold
-    return (torch.sigmoid(p.double()) if from_logits else p) >= cut
+    return (torch.sigmoid(p.double()) if from_logits else p), cut
 
 
 def _score_binary(value: Value, preds: Any, target: Any, threshold: float | None,
                   zero_division: float | None, from_logits: bool = False) -> float:
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target)
-    if p.shape != t.shape:
-        raise MetricError(f"preds and target must have the same shape, got {tuple(p.shape)} "
-                          f"and {tuple(t.shape)}")
+    _binary_validate(p, t, ("preds", "target"), "")
     if p.numel() == 0:
         raise MetricError("score() needs at least one prediction")
-    if not bool(((t == 0) | (t == 1)).all()):
-        raise MetricError("target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
-    hard = _hard(p, threshold, from_logits, "preds")
+    _check_01(t, None, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
+    scores, cut = _decision(p, threshold, from_logits)
+    hard = (scores >= cut) if scores.is_floating_point() else (scores != 0)
     yt = t.to(torch.bool)
     f64 = torch.float64
     tp = (hard & yt).sum(dtype=f64)
@@ -100,7 +103,6 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
     >>> round(score_classes(m.value, [0, 1, 2, 2], [0, 2, 2, 2], num_classes=3), 4)
     0.6
     """
-    err = MetricError
     ignore_index, classes, class_weights = check_class_options(
         mode, average, ignore_index, classes, class_weights)
     samplewise = look_up_option("multidim_average", multidim_average) == "samplewise"
@@ -108,39 +110,39 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target, device=p.device)  # counted where the predictions are
     if mode == "binary":
-        if p.shape != t.shape:
-            raise err(f"preds and target must have the same shape, got {tuple(p.shape)} "
-                      f"and {tuple(t.shape)}")
+        _binary_validate(p, t, ("preds", "target"), "")
         if p.numel() == 0:
-            raise err("score() needs at least one prediction")
-        mask = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=bool)
-        if not bool(((t == 0) | (t == 1) | ~mask).all()):
-            raise err("target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
-        hard = _hard(p, threshold, from_logits, "preds")
-        n = p.shape[0] if p.dim() > 0 else 1
-        hard, y, mask = (x.reshape(n, 1, -1) for x in (hard, (t == 1) & mask, mask))
+            raise MetricError("score() needs at least one prediction")
+        mask = None if ignore_index is None else t != ignore_index
+        _check_01(t, mask, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
+        scores = p
         average = "micro"  # one class: every average is the same
     elif mode == "multilabel":
-        hard, y, mask = _multilabel(p, t, threshold, ignore_index, from_logits)
+        scores = _multilabel_validate_hard(p, t, ignore_index)
     else:
-        hard, y, mask = _multiclass(p, t, ignore_index, num_classes, from_logits)
-    n, c = hard.shape[:2]
-    chosen, weights = select_classes(c, classes, class_weights)
-    hard, y, mask = (x.reshape(n, x.shape[1], -1) for x in (hard, y, mask))
-    if chosen is not None:
-        idx = torch.tensor(chosen, device=hard.device)
-        hard, y = hard.index_select(1, idx), y.index_select(1, idx)
-        mask = mask if mask.shape[1] == 1 else mask.index_select(1, idx)
+        # No range check: the argmax of logits is the argmax of their softmax.
+        scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
+    cut = 0.5
+    if mode != "multiclass":
+        scores, cut = _decision(scores, threshold, from_logits)
+    hard, y, mask = _hard_rows(scores, t, mode, cut, ignore_index, classes, class_weights)
     f64 = torch.float64
     # One row of per-class counts for the batch, or one per sample (samplewise): (S, K).
+    k = hard.shape[1]
+    rows = hard.shape[0] if samplewise else 1
     dims: tuple[int, ...] = (2,) if samplewise else (0, 2)
-    tp, fp, fn, tn = ((a & b & mask).sum(dims, dtype=f64).reshape(-1 if samplewise else 1, hard.shape[1])
+    tp, fp, fn, tn = ((a & b & mask).sum(dims, dtype=f64).reshape(rows, k)
                       for a, b in ((hard, y), (hard, ~y), (~hard, y), (~hard, ~y)))
+    # The weights again, in float64 (class_rows gives them in the scores' dtype).
+    weights = None
+    if mode != "binary":
+        _, weights = select_classes(scores.shape[1], classes, class_weights)
     w = None if weights is None else torch.tensor(weights, dtype=f64, device=tp.device)
     present = (tp + fp + fn) > 0
     if average == "micro":
         # Pool the per-class matrices (class weights scale each class's counts).
-        tp, fp, fn, tn = ((x if w is None else x * w).sum(-1, keepdim=True) for x in (tp, fp, fn, tn))
+        tp, fp, fn, tn = ((x if w is None else x * w).sum(-1, keepdim=True)
+                          for x in (tp, fp, fn, tn))
         present = present.any(-1, keepdim=True)
     if average in ("micro", "none"):
         # Globally every class is reported (average="none"); per sample, absent ones are skipped.
@@ -153,8 +155,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
         keep = present.any(-1)
         # Only classes (and samples) that take part are evaluated: an absent one's 0/0 never raises.
         used = (v > 0) & (keep[:, None] | ~keep.any())
-        values = _values(value, (tp, fp, fn, tn), used, zero_division)
-        per = (v * values).sum(-1)
+        per = (v * _values(value, (tp, fp, fn, tn), used, zero_division)).sum(-1)
     if not samplewise:
         return float(per[0]) if per.dim() == 1 else per[0]
     out = reduce_samples(per, keep, reduction)
@@ -172,24 +173,68 @@ def _values(value: Value, counts: tuple[Tensor, ...], used: Tensor,
     return out
 
 
-def _multilabel(p: Tensor, t: Tensor, threshold: float | None, ignore_index: int | None,
-                from_logits: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
+               ignore_index: int | None, classes: tuple[int, ...] | None = None,
+               class_weights: tuple[float, ...] | None = None
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(hard, y, mask)``, bool ``(N, K, M)`` (``mask``: ``(N, 1 or K, M)``), from the
+    loss's own format stage (:func:`metricc.runtime.modes.class_rows`)."""
+    if mode == "multiclass":
+        threshold = 0.5  # unused: the hard prediction is the argmax
+    if not scores.is_floating_point():  # 0/1 labels: a 1 is a positive prediction
+        scores, threshold = (scores != 0).to(torch.float32), 0.5
+    r = class_rows(scores, t, mode, False, ignore_index, classes, class_weights,
+                   threshold=threshold)
+    assert r.hard is not None
+    hard, y = r.hard, r.y > 0.5
+    if r.mask is not None:
+        mask = r.mask
+    else:
+        mask = torch.ones_like(hard[:, :1] if mode == "multiclass" else hard)
+    return hard, y, mask
+
+
+def _multilabel(p: Tensor, t: Tensor, threshold: float, ignore_index: int | None
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(hard, y, mask)`` of multilabel (or ``(N, 1, *)`` binary) hard labels, all classes."""
+    scores = _multilabel_validate_hard(p, t, ignore_index)
+    return _hard_rows(scores, t, "multilabel", threshold, ignore_index)
+
+
+def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int | None
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(hard, y, mask)`` of multiclass hard labels, all classes."""
+    scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
+    return _hard_rows(scores, t, "multiclass", 0.5, ignore_index)
+
+
+def _check_01(t: Tensor, mask: Tensor | None, message: str) -> None:
+    """Refuse targets other than 0 and 1 (where ``mask`` is True)."""
+    ok = (t == 0) | (t == 1)
+    if not bool((ok if mask is None else ok | ~mask).all()):
+        raise MetricError(message)
+
+
+def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None) -> Tensor:
+    """Multilabel preds and 0/1 targets of one shape ``(N, C, *)``; returns the preds."""
     if p.dim() < 2 or p.shape != t.shape:
         raise MetricError(f"mode='multilabel' needs preds and target of the same shape (N, C, *), "
                           f"got {tuple(p.shape)} and {tuple(t.shape)}")
-    mask = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=torch.bool)
-    if not bool(((t == 0) | (t == 1) | ~mask).all()):
-        raise MetricError("multilabel target must hold only 0 and 1"
-                          + (f" (or ignore_index={ignore_index})" if ignore_index is not None
-                             else ""))
-    hard = _hard(p, threshold, from_logits, "preds")
-    return hard, (t == 1) & mask, mask
+    mask = None if ignore_index is None else t != ignore_index
+    _check_01(t, mask, "multilabel target must hold only 0 and 1"
+              + (f" (or ignore_index={ignore_index})" if ignore_index is not None else ""))
+    return p
 
 
-def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int | None,
-                from_logits: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def _multiclass_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
+                              num_classes: int | None) -> Tensor:
+    """Multiclass scores ``(N, C, *)`` or integer labels ``(N, *)`` with ``num_classes``,
+    against class indices ``(N, *)`` or one-hot ``(N, C, *)`` targets.
+
+    Returns scores of shape ``(N, C, *)`` whose argmax is the predicted class
+    (integer labels become one-hot).
+    """
     err = MetricError
-    # Scores need no range check here: the argmax of logits is the argmax of their softmax.
     if p.is_floating_point():
         if p.dim() < 2:
             raise err(f"multiclass preds must be scores of shape (N, C, *) or integer labels of "
@@ -197,27 +242,24 @@ def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int
         c = p.shape[1]
         if num_classes is not None and num_classes != c:
             raise err(f"num_classes={num_classes} but preds has {c} classes on dim 1")
-        pred = p.argmax(1)
+        pred_shape = (*p.shape[:1], *p.shape[2:])
     else:
         if num_classes is None:
             raise err("integer multiclass preds are class labels: pass num_classes=<C>")
         c = int(num_classes)
-        pred = p
-        if pred.numel() and not bool(((pred >= 0) & (pred < c)).all()):
+        if p.numel() and not bool(((p >= 0) & (p < c)).all()):
             raise err(f"multiclass preds must be class indices in 0..{c - 1}")
+        pred_shape = tuple(p.shape)
     if c < 2:
         raise err(f"mode='multiclass' needs at least 2 classes, got {c}")
-    labels = torch.arange(c, device=pred.device).view(1, c, *([1] * (pred.dim() - 1)))
-    onehot_shape = (*pred.shape[:1], c, *pred.shape[1:])
+    onehot_shape = (*pred_shape[:1], c, *pred_shape[1:])
     if tuple(t.shape) == onehot_shape:
         if ignore_index is not None:
             raise err("ignore_index applies to class-index targets of shape (N, *); pass "
                       "class indices instead of one-hot targets")
         if not bool((((t == 0) | (t == 1)).all()) and bool((t.sum(1) == 1).all())):
             raise err("one-hot multiclass targets must hold a single 1 per element")
-        t = t.argmax(1)
-        mask = torch.ones_like(t, dtype=torch.bool)
-    elif t.shape == pred.shape:
+    elif tuple(t.shape) == pred_shape:
         if t.is_floating_point():
             raise err(f"class-index targets must be integers, got {t.dtype}; use target.long()")
         mask = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=bool)
@@ -226,9 +268,9 @@ def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int
                       + (f" (or ignore_index={ignore_index})" if ignore_index is not None
                          else ""))
     else:
-        raise err(f"multiclass target must have shape {tuple(pred.shape)} (class indices) or "
+        raise err(f"multiclass target must have shape {pred_shape} (class indices) or "
                   f"{onehot_shape} (one-hot), "
                   f"got {tuple(t.shape)}")
-    hard = pred.unsqueeze(1) == labels
-    y = (t.unsqueeze(1) == labels) & mask.unsqueeze(1)
-    return hard, y, mask.unsqueeze(1)
+    if p.is_floating_point():
+        return p
+    return torch.nn.functional.one_hot(p.long(), c).movedim(-1, 1).to(torch.float32)

@@ -532,3 +532,20 @@ def test_compiled_multiclass_loss_fullgraph():
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(g_out, g_eager, rtol=1e-5, atol=1e-6)
     assert math.isfinite(out.item())
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.8])
+@pytest.mark.parametrize("average", ["micro", "macro"])
+def test_multilabel_score_threshold_matches_sklearn(threshold: float, average: str) -> None:
+    gen = torch.Generator().manual_seed(int(threshold * 10))
+    p = torch.rand(40, 3, generator=gen, dtype=F64)
+    y = (torch.rand(40, 3, generator=gen) < 0.5).long()
+    y[:3] = torch.eye(3, dtype=torch.long)  # every class has a target
+    hard = (p >= threshold).long()
+    hard[:3] = 1  # and a prediction
+    p = torch.where(hard.bool(), torch.clamp(p, min=threshold), torch.clamp(p, max=threshold / 2))
+    m = metricc.compile("f1")
+    want = skm.f1_score(y.numpy(), hard.numpy(), average=average)
+    assert m.score(p, y, threshold, mode="multilabel", average=average) == pytest.approx(want)
+    # 0/1 integer predictions: any nonzero label is a positive prediction
+    assert m.score(hard, y, mode="multilabel", average=average) == pytest.approx(want)

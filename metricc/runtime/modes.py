@@ -121,11 +121,14 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                ignore_index: int | None, classes: tuple[int, ...] | None,
                class_weights: tuple[float, ...] | None, need_hard: bool = True,
+               threshold: float = 0.5,
                class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
 
-    ``hard`` (the 0/1 predictions, a thresholding or argmax pass) is ``None``
-    unless ``need_hard``. Raises :class:`MetricError` when the target's shape (or
+    ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits
+    ``>= 0``, or the argmax in multiclass mode) is ``None`` unless ``need_hard``.
+    The loss and the hard-label score (``metricc.score``) both lay out their
+    batches here. Raises :class:`MetricError` when the target's shape (or
     dtype, for class indices) does not fit the mode. Only shapes are checked,
     so this stays traceable by ``torch.compile``; label values are not inspected.
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
@@ -133,7 +136,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     place of the softmax (a class-wise relaxation); its output is counted as it is.
     """
     if mode == "binary":
-        return _binary_format(input, target, from_logits, ignore_index, need_hard)
+        return _binary_format(input, target, from_logits, ignore_index, need_hard, threshold)
     if input.dim() < 2:
         raise MetricError(f"mode={mode!r} needs input of shape (N, C, *) with classes on dim 1, "
                           f"got {tuple(input.shape)}; for one class per element use "
@@ -143,7 +146,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                                                      device=input.device)
     idx = None if chosen is None else torch.tensor(chosen, device=input.device)
     if mode == "multilabel":
-        r = _multilabel_format(input, target, from_logits, ignore_index, need_hard)
+        r = _multilabel_format(input, target, from_logits, ignore_index, need_hard, threshold)
     else:
         r = _multiclass_format(input, target, from_logits, ignore_index, need_hard, class_step)
 
@@ -185,16 +188,17 @@ def _multilabel_validate(input: Tensor, target: Tensor) -> None:
             f"(torch.nn.functional.one_hot(target, {input.shape[1]}).movedim(-1, 1))")
 
 
-def _binary_validate(input: Tensor, target: Tensor) -> None:
+def _binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("input", "target"),
+                     hint: str = " (forward takes (input, target), predictions first)") -> None:
     """Binary inputs and targets are elementwise pairs: the same shape."""
     if input.shape != target.shape:
-        raise MetricError(f"input and target must have the same shape, got "
-                          f"{tuple(input.shape)} and {tuple(target.shape)} (forward takes "
-                          "(input, target), predictions first)")
+        raise MetricError(f"{names[0]} and {names[1]} must have the same shape, got "
+                          f"{tuple(input.shape)} and {tuple(target.shape)}{hint}")
 
 
 def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
-                   ignore_index: int | None, need_hard: bool) -> ClassRows:
+                   ignore_index: int | None, need_hard: bool, threshold: float = 0.5
+                   ) -> ClassRows:
     """``(N, 1, M)`` rows of one class; ``mask`` is False where the target is ignored."""
     dtype = input.dtype
     n = input.shape[0] if input.dim() > 0 else 1
@@ -202,12 +206,13 @@ def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
     t = target.reshape(n, 1, -1)
     mask = None if ignore_index is None else t != ignore_index
     y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-    hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
+    hard = s >= (0.0 if from_logits else threshold) if need_hard else None
     return ClassRows(s, y, mask, hard, from_logits, None)
 
 
 def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
-                       ignore_index: int | None, need_hard: bool) -> ClassRows:
+                       ignore_index: int | None, need_hard: bool, threshold: float = 0.5
+                       ) -> ClassRows:
     """``(N, C, M)`` rows, one independent 0/1 label per class and element."""
     err = MetricError
     dtype = input.dtype
@@ -219,7 +224,7 @@ def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
     t = target.reshape(n, c, -1)
     mask = None if ignore_index is None else t != ignore_index
     y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-    hard = s >= (0.0 if from_logits else 0.5) if need_hard else None
+    hard = s >= (0.0 if from_logits else threshold) if need_hard else None
     return ClassRows(s, y, mask, hard, from_logits, None)
 
 
