@@ -66,6 +66,13 @@ SESSION: list[tuple[str, list[str] | tuple[str, str]]] = [
     ("Its last lines: the loss class, with every option of the in-process loss and the "
      "defaults chosen above.", ("tail", "f2_loss.py")),
     ("Using it needs nothing but torch:", ("python", USE_LOSS)),
+    ("## K × K metrics\n\n`grad`, `check` and `compile` take formulas over the whole "
+     "confusion matrix ([matrix.md](matrix.md)); the gradient is symbolic in K.",
+     ["grad", "quadratic_kappa"]),
+    ("A K × K parameter is a formula in `i` and `j`, or a list of lists.",
+     ["grad", "sum(i, j, M[i,j]*C[i,j]) / n", "-p", "M=(i-j)^2"]),
+    ("", ["check", "multiclass_mcc"]),
+    ("", ["compile", "quadratic_kappa", "--option", "from_logits=True", "-o", "qwk_loss.py"]),
     ("Formulas with let-bindings can come from stdin with `-`.",
      ("stdin", "p = TP/(TP+FP)\nr = TP/(TP+FN)\n2*p*r/(p + r)\n")),
     ("## Errors\n\nA bad formula, unknown name, missing parameter or bad option prints one "

@@ -59,8 +59,24 @@ def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
     return out
 
 
-def _params(args: argparse.Namespace) -> dict[str, float]:
-    return {k: _number(k, v) for k, v in _pairs(args.param, "--param")}
+def _param_value(key: str, text: str) -> Any:
+    """A number; or, for a K x K parameter, a list of lists or a formula in i, j."""
+    if text.lstrip().startswith("["):
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise UsageError(f"--param {key}={text}: a matrix is a list of lists of numbers, "
+                             "e.g. [[0,1],[1,0]]") from None
+    try:
+        return _number(key, text)
+    except UsageError:
+        if any(c.isalpha() for c in text):
+            return text  # a K x K parameter as a formula in i and j, e.g. (i-j)^2
+        raise
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: _param_value(k, v) for k, v in _pairs(args.param, "--param")}
 
 
 def _option_value(text: str) -> Any:
@@ -106,8 +122,23 @@ def _add_direction(p: argparse.ArgumentParser) -> None:
 
 # --- subcommands ----------------------------------------------------------------------------
 
+def _matrix_grad(m: Any, latex: bool) -> int:
+    import sympy
+
+    if latex:
+        print(f"f = {sympy.latex(m.expr)}")
+        print(rf"\frac{{\partial f}}{{\partial C_{{a,b}}}} = {sympy.latex(m.gradient_expr)}")
+        return EXIT_OK
+    print(f"f          = {m.expr_text}")
+    print(f"df/dC[a,b] = {m.gradient_text}")
+    print("(symbolic in K; C[i,j] counts true class i predicted as j, a and b are class indices)")
+    return EXIT_OK
+
+
 def cmd_grad(args: argparse.Namespace) -> int:
     m = _compile(args)
+    if getattr(m, "is_matrix", False):
+        return _matrix_grad(m, args.latex)
     import sympy
 
     from .analyse import simplify
@@ -133,13 +164,15 @@ def cmd_grad(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .library import METRICS
+    from .library import MATRIX_METRICS, METRICS
 
     rows = [("name", "better", "aliases", "formula")]
-    for m in METRICS.values():
-        formula = m.formula
+    for m in [*METRICS.values(), *MATRIX_METRICS.values()]:
+        formula = "; ".join(line.split("#")[0].strip() for line in m.formula.splitlines())
         if m.params:
-            formula += "   [" + ", ".join(f"{k}={v:g}" for k, v in m.params.items()) + "]"
+            formula += "   [" + ", ".join(
+                f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                for k, v in m.params.items()) + "]"
         rows.append((m.name, "higher" if m.higher_is_better else "lower",
                      ", ".join(m.aliases) or "-", formula))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
@@ -175,7 +208,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
         options["from_logits"] = True
     if "relaxation" in options:
         raise UsageError("give the relaxation with --relaxation, not --option")
-    source = emit_standalone(m, args.name, args.relaxation, **options)
+    if getattr(m, "is_matrix", False):
+        from .matrix_standalone import emit_matrix_standalone
+
+        source = emit_matrix_standalone(m, args.name, args.relaxation or "softmax", **options)
+    else:
+        source = emit_standalone(m, args.name, args.relaxation or "anyloss", **options)
     if args.output in (None, "-"):
         sys.stdout.write(source)
     else:
@@ -250,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_formula(p, "FORMULA_OR_NAME")
     p.add_argument("--relaxation", choices=RELAXATION_NAMES, default=None,
                    help="how predictions are relaxed to soft 0/1 (default: softmax with "
-                        "--option mode=multiclass, else anyloss)")
+                        "--option mode=multiclass, else anyloss; K x K metrics: their own "
+                        "default, a sharpened softmax)")
     p.add_argument("--name", metavar="CLASS",
                    help="the loss class name (default: from the metric, e.g. F1Loss)")
     p.add_argument("--from-logits", action="store_true",

@@ -229,10 +229,11 @@ def loss_parameters() -> list[inspect.Parameter]:
 
 
 def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: sympy.Expr,
-                     higher_is_better: bool) -> type[MetricLoss]:
+                     higher_is_better: bool, micro_refusal: str = "") -> type[MetricLoss]:
     """A :class:`MetricLoss` subclass holding the kernels of ``kernels_source``.
 
     ``kernels_source`` must come from :func:`emit_kernels`: it is executed.
+    ``micro_refusal`` (for metrics that use TN) is why multiclass micro-averaging is refused.
     """
     import torch
 
@@ -249,6 +250,7 @@ def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: 
         "formula": formula,
         "source": kernels_source,
         "higher_is_better": higher_is_better,
+        "micro_refusal": micro_refusal,
         "__module__": "metricc.generated",
         "__doc__": f"Loss for the metric {formula!r} = {expr}.",
     }

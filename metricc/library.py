@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ALIASES", "METRICS", "NamedMetric", "lookup", "names"]
+__all__ = ["ALIASES", "MATRIX_METRICS", "METRICS", "NamedMetric", "lookup", "micro_tn_refusal",
+           "names"]
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,13 @@ class NamedMetric:
     formula: str
     description: str
     higher_is_better: bool = True
-    params: Mapping[str, float] = field(default_factory=dict)
+    params: Mapping[str, float | str] = field(default_factory=dict)
     #: parameter -> (lowest allowed value, why): compile refuses values below it.
     bounds: Mapping[str, tuple[float, str]] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     sklearn: str | None = None
+    #: A metric over the whole K x K matrix (``docs/matrix.md``) rather than TP, FP, FN, TN.
+    matrix: bool = False
 
 
 _TPR = "TP/(TP+FN)"
@@ -102,15 +105,76 @@ _ALL = [
                 sklearn="1 - accuracy_score"),
 ]
 
+# K x K metrics. Kappa is 1 - observed/expected weighted disagreement, with the
+# expected matrix row(i) col(j) / n; the weights are those of scikit-learn's
+# cohen_kappa_score (1 - delta, |i-j|, (i-j)^2 over class indices 0..K-1).
+_KAPPA = "1 - n * sum(i, j, {w} * C[i,j]) / sum(i, j, {w} * row(i) * col(j))"
+_MATRIX = [
+    NamedMetric("multiclass_accuracy", "sum(i, C[i,i]) / n",
+                "fraction of samples whose predicted class is the true class", matrix=True,
+                sklearn="accuracy_score"),
+    NamedMetric("multiclass_balanced_accuracy",
+                "has = present(row(i))  # classes absent from the target are left out\n"
+                "sum(i, has * C[i,i] / (row(i) + 1 - has)) / sum(i, has)",
+                "mean recall over the classes present in the target", matrix=True,
+                sklearn="balanced_accuracy_score"),
+    NamedMetric("multiclass_mcc",
+                "c = sum(k, C[k,k])\n"
+                "(c*n - sum(k, col(k)*row(k))) / "
+                "sqrt((n^2 - sum(k, col(k)^2)) * (n^2 - sum(k, row(k)^2)))",
+                "multiclass Matthews correlation (Gorodkin's R_K)", matrix=True,
+                aliases=("rk", "multiclass_matthews"), sklearn="matthews_corrcoef"),
+    NamedMetric("multiclass_kappa", _KAPPA.format(w="(1 - delta(i,j))"),
+                "Cohen's kappa over K classes (unweighted)", matrix=True,
+                aliases=("multiclass_cohen_kappa",), sklearn="cohen_kappa_score"),
+    NamedMetric("linear_kappa", _KAPPA.format(w="abs(i-j)"),
+                "Cohen's kappa with linear weights |i-j| (ordinal classes)", matrix=True,
+                aliases=("linear_weighted_kappa",),
+                sklearn="cohen_kappa_score(weights='linear')"),
+    NamedMetric("quadratic_kappa", _KAPPA.format(w="(i-j)^2"),
+                "Cohen's kappa with quadratic weights (i-j)^2 (QWK, ordinal grading)",
+                matrix=True, aliases=("qwk", "quadratic_weighted_kappa"),
+                sklearn="cohen_kappa_score(weights='quadratic')"),
+    NamedMetric("expected_cost", "sum(i, j, M[i,j] * C[i,j]) / n",
+                "mean misclassification cost under the cost matrix M (M[i,j]: true i "
+                "predicted j)", higher_is_better=False, matrix=True,
+                params={"M": "1 - delta(i, j)"}),
+]
+
+#: The 2x2 metrics (formulas over TP, FP, FN, TN).
 METRICS: dict[str, NamedMetric] = {m.name: m for m in _ALL}
-ALIASES: dict[str, str] = {a: m.name for m in _ALL for a in m.aliases}
+#: The K x K metrics (formulas over the whole confusion matrix, ``docs/matrix.md``).
+MATRIX_METRICS: dict[str, NamedMetric] = {m.name: m for m in _MATRIX}
+ALIASES: dict[str, str] = {a: m.name for m in [*_ALL, *_MATRIX] for a in m.aliases}
+
+
+#: 2x2 metrics that use TN, and the K x K metric that means what their name says over
+#: K classes (``docs/modes.md``: micro-averaging them in multiclass mode is refused).
+MATRIX_COUNTERPARTS: dict[str, str] = {
+    "accuracy": "multiclass_accuracy",
+    "error_rate": "expected_cost",
+    "balanced_accuracy": "multiclass_balanced_accuracy",
+    "mcc": "multiclass_mcc",
+    "cohen_kappa": "multiclass_kappa",
+}
+
+
+def micro_tn_refusal(name: str | None) -> str:
+    """Why ``average='micro'`` of a TN-dependent metric is refused in multiclass mode."""
+    counterpart = MATRIX_COUNTERPARTS.get(name or "")
+    use = (f"use the K x K metric {counterpart!r}" if counterpart else
+           "write the metric over the K x K matrix C[i,j] (docs/matrix.md)")
+    return (f"average='micro' in multiclass mode pools one-vs-rest counts, and their TN "
+            f"counts every element K-1 times, so {name or 'this metric'!s} (which uses TN) "
+            f"would change with the number of classes; {use}, or average='macro'")
 
 
 def lookup(name: str) -> NamedMetric | None:
     """The named metric for ``name`` or one of its aliases, else ``None``."""
-    return METRICS.get(ALIASES.get(name, name))
+    canonical = ALIASES.get(name, name)
+    return METRICS.get(canonical) or MATRIX_METRICS.get(canonical)
 
 
 def names() -> list[str]:
     """Every name and alias a formula or ``metricc.compile`` accepts."""
-    return sorted([*METRICS, *ALIASES])
+    return sorted([*METRICS, *MATRIX_METRICS, *ALIASES])

@@ -19,7 +19,8 @@ import sympy
 from .analyse import Analysis, analyse
 from .check import CheckReport, check
 from .errors import MetricError, MetricWarning, MissingParameterError, suggest, suggest_all
-from .library import lookup
+from .library import lookup, micro_tn_refusal
+from .matrix import MatrixFormula
 from .parse import Formula, check_single_identifier, known_names, parse, substitute
 from .symbols import COUNTS
 from .verify import VerificationReport, verify
@@ -222,6 +223,8 @@ class Metric:
         """
         from .score import score
 
+        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+            raise MetricError(micro_tn_refusal(self.name))
         return score(self.value, preds, target, threshold, zero_division=zero_division,
                      mode=mode, average=average, ignore_index=ignore_index, classes=classes,
                      class_weights=class_weights, num_classes=num_classes,
@@ -289,8 +292,11 @@ class Metric:
         if self._loss_class is None:
             from .emit import build_loss_class
 
-            cls = build_loss_class(self.kernels_source, self.name, self.text.strip(),
-                                   self.expr, self.higher_is_better)
+            cls = build_loss_class(
+                self.kernels_source, self.name, self.text.strip(), self.expr,
+                self.higher_is_better,
+                micro_refusal=(micro_tn_refusal(self.name)
+                               if COUNTS["TN"] in self.expr.free_symbols else ""))
             # Generated classes live in no importable module, so pickle could not find
             # them by name: their modules pickle as the metric's spec plus their state.
             cls._metric_spec = self._spec  # type: ignore[attr-defined]
@@ -416,11 +422,21 @@ def compile(formula: str, *, higher_is_better: bool | None = None, **params: flo
     """
     if not isinstance(formula, str):
         raise MetricError(f"formula must be a string, got {type(formula).__name__}")
+    # K x K parameters (a weight or cost matrix) arrive as lists, arrays or tensors.
+    params = {k: _hashable(v) for k, v in params.items()}
     key = (formula, tuple(sorted((k, repr(v)) for k, v in params.items())), higher_is_better)
     try:
         return _compile_cached(key, formula, higher_is_better, tuple(params.items()))
     except TypeError as e:  # unhashable parameter values
         raise MetricError(f"parameters must be numbers: {e}") from None
+
+
+def _hashable(value: Any) -> Any:
+    if hasattr(value, "tolist") and not isinstance(value, (int, float)):
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None:
@@ -433,6 +449,12 @@ def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None
             if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
                     and value < low:
                 raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
+
+
+def _recompile(text: str, params: tuple[tuple[str, float], ...], higher_is_better: bool
+               ) -> Metric:
+    """How a K x K ``MatrixMetric`` unpickles (``metricc.matrix_metric``)."""
+    return compile(text, higher_is_better=higher_is_better, **dict(params))
 
 
 def _rebuild_metric(formula: str, param_items: tuple[tuple[str, float], ...],
@@ -462,14 +484,14 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
     with _analysis_errors(formula):
         parsed = parse(formula)
         given = {**parsed.defaults, **params}
-        extra = [k for k in params if k not in parsed.parameters]
+        known = (*parsed.parameters, *getattr(parsed, "matrix_parameters", ()))
+        extra = [k for k in params if k not in known]
         if extra:
-            hint = suggest_all(extra, list(parsed.parameters))
-            known = ", ".join(parsed.parameters) or "none"
+            hint = suggest_all(extra, list(known))
             raise MetricError(f"unknown parameter{'s' if len(extra) > 1 else ''} "
                               f"{', '.join(map(repr, extra))}{hint}; "
-                              f"this formula's parameters: {known}")
-        missing = [p for p in parsed.parameters if p not in given]
+                              f"this formula's parameters: {', '.join(known) or 'none'}")
+        missing = [p for p in known if p not in given]
         if missing:
             hints = suggest_all(missing, known_names())
             raise MissingParameterError(
@@ -486,6 +508,11 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         name = named.name if named else None
         if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
             name = formula.strip()
-        metric = Metric(parsed, given, name, direction)
+        if isinstance(parsed, MatrixFormula):
+            from .matrix_metric import MatrixMetric
+
+            metric: Metric = MatrixMetric(parsed, given, name, direction)  # type: ignore[assignment]
+        else:
+            metric = Metric(parsed, given, name, direction)
         metric._spec = (formula, param_items, higher_is_better)  # this very cache entry
         return metric

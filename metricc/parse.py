@@ -23,6 +23,18 @@ from lark import Token
 
 from .errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from .library import lookup, names
+from .matrix import (
+    MATRIX_FUNCTIONS,
+    ColTotal,
+    Delta,
+    Entry,
+    MatrixFormula,
+    PresentCall,
+    RowTotal,
+    SumOf,
+    is_matrix_expr,
+)
+from .matrix_parse import resolve_matrix
 from .symbols import COUNTS, DERIVED
 
 __all__ = [
@@ -178,6 +190,7 @@ class _Position:
     def __init__(self, text: str) -> None:
         self.text = text
         self.first_use: dict[str, Token] = {}
+        self.call_tokens: dict[str, Token] = {}
 
     def error(self, message: str, tok: Token) -> MetricSyntaxError:
         return MetricSyntaxError(message, self.text, tok.line or 1, tok.column or 1)
@@ -208,17 +221,54 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         self.where.first_use.setdefault(str(tok), tok)
         return _Name(str(tok))
 
+    def index(self, c: list[Any]) -> sympy.Expr:
+        tok, args = c
+        base = str(tok)
+        self.where.first_use.setdefault(base, tok)
+        if len(args) != 2 or not all(isinstance(a, _Name) for a in args):
+            raise self.where.error(
+                f"{base}[...] takes two class-index names, row then column, e.g. {base}[i, j]",
+                tok)
+        return Entry(_Name(base), *args)
+
+    def _matrix_call(self, tok: Token, fname: str, args: list[Any]) -> sympy.Expr:
+        self.where.call_tokens.setdefault(fname, tok)
+        names_ok = all(isinstance(a, _Name) for a in args)
+        if fname == "sum":
+            if len(args) < 2 or not all(isinstance(a, _Name) for a in args[:-1]):
+                raise self.where.error(
+                    "sum() takes class-index names, then the expression: sum(i, C[i,i]) or "
+                    "sum(i, j, C[i,j])", tok)
+            if len({a.name for a in args[:-1]}) != len(args) - 1:
+                raise self.where.error("sum() names the same index twice", tok)
+            return SumOf(args[-1], *args[:-1])
+        if fname in ("row", "col"):
+            if len(args) != 1 or not names_ok:
+                raise self.where.error(f"{fname}() takes one class-index name, e.g. {fname}(i)",
+                                       tok)
+            return (RowTotal if fname == "row" else ColTotal)(args[0])
+        if fname == "delta":
+            if len(args) != 2 or not names_ok:
+                raise self.where.error("delta() takes two class-index names, e.g. delta(i, j)",
+                                       tok)
+            return Delta(*args)
+        if len(args) != 1:  # present
+            raise self.where.error(f"present() takes exactly 1 argument, got {len(args)}", tok)
+        return PresentCall(args[0])
+
     def call(self, c: list[Any]) -> sympy.Expr:
         tok, arglist = c
         args = arglist or []
         fname = str(tok)
+        if fname in MATRIX_FUNCTIONS:
+            return self._matrix_call(tok, fname, args)
         if fname not in FUNCTIONS:
             what = "a count, not a function" if fname in COUNTS or fname in DERIVED else "not a function"
             if lookup(fname) or fname in COUNTS or fname in DERIVED:
                 raise self.where.error(f"'{fname}' is {what}; write it without parentheses", tok)
             raise self.where.error(
                 f"unknown function '{fname}'{suggest(fname, list(FUNCTIONS))}; "
-                f"known functions: {', '.join(FUNCTIONS)}",
+                f"known functions: {', '.join([*FUNCTIONS, *MATRIX_FUNCTIONS])}",
                 tok,
             )
         fn, lo, hi = FUNCTIONS[fname]
@@ -428,8 +478,9 @@ def _parser_for(pos: _Position) -> lark.Lark:
     return parser
 
 
-def parse(text: str) -> Formula:
-    """Parse formula text into a :class:`Formula`.
+def parse(text: str) -> Formula | MatrixFormula:
+    """Parse formula text into a :class:`Formula` (or a :class:`MatrixFormula` when it
+    uses the K x K matrix: ``C[i, j]``, ``sum``, ``row``, ``col``).
 
     >>> parse("precision = TP/(TP+FP); recall = TP/(TP+FN); precision*recall").expr
     TP**2/((FN + TP)*(FP + TP))
@@ -449,8 +500,23 @@ def parse(text: str) -> Formula:
         ) from None
 
 
-def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
+def _uses_matrix(parts: list[Any]) -> bool:
     *bindings, body = parts
+    exprs = [body, *(e for _, e in bindings)]
+    if any(is_matrix_expr(e) for e in exprs):
+        return True
+    for e in exprs:
+        for sym in e.atoms(_Name):
+            metric = lookup(sym.name)
+            if metric is not None and metric.matrix:
+                return True
+    return False
+
+
+def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFormula:
+    *bindings, body = parts
+    if _uses_matrix(parts):
+        return resolve_matrix(text, bindings, body, pos, FUNCTIONS, _library_matrix)
     defined: dict[str, sympy.Expr] = {}
     later = {str(tok): tok for tok, _ in bindings}
     params: set[str] = set()
@@ -511,6 +577,17 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula:
         bindings=dict(defined),
         metrics=tuple(metrics),
     )
+
+
+@cache
+def _library_matrix(name: str) -> MatrixFormula:
+    """A named K x K metric, parsed once (so its index symbols are the same objects)."""
+    metric = lookup(name)
+    assert metric is not None and metric.matrix
+    f = parse(metric.formula)
+    assert isinstance(f, MatrixFormula)
+    return MatrixFormula(f.text, f.expr, f.parameters, f.matrix_parameters, dict(metric.params),
+                         (metric.name,))
 
 
 @cache

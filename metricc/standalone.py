@@ -43,6 +43,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.distributed",
         "metricc.runtime.modes",
         "metricc.runtime.loss",
+        "metricc.runtime.matrix",
     ))
 _LITERALS = (bool, int, float, str, type(None))
 #: Generated lines are wrapped to this width, so the file passes common line-length rules.
@@ -353,6 +354,8 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
         f'    """{class_doc}"""\n\n',
         _string_attribute("formula", metric.text.strip()),
         f"    higher_is_better = {metric.higher_is_better!r}\n",
+        *([_string_attribute("micro_refusal", metric.loss_class.micro_refusal)]
+          if metric.loss_class.micro_refusal else []),
         *(f"    {k} = staticmethod({k})\n" for k in KERNEL_NAMES),
         "\n",
         "    def __init__(\n",

@@ -48,6 +48,14 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
         "mode": "multiclass", "from_logits": True, "average": "micro", "relaxation": "linear",
         "sync_dist": True}),
     "rows_dice_symbolic": ("rows", "dice", {"relaxation": "linear", "sync_dist": True}),
+    # K x K metrics: one soft matrix of the global batch (world 3's last shard has no
+    # sample of the last class).
+    "matrix_qwk_softmax_symbolic": ("multiclass", "quadratic_kappa", {
+        "from_logits": True, "sync_dist": True}),
+    "matrix_mcc_linear_autograd": ("multiclass", "multiclass_mcc", {
+        "relaxation": "linear", "from_logits": True, "backward": "autograd", "sync_dist": True}),
+    "matrix_kappa_memory_symbolic": ("multiclass", "multiclass_kappa", {
+        "relaxation": "linear", "from_logits": True, "sync_dist": True, "memory_decay": 0.5}),
     "rows_mcc_autograd": ("rows", "mcc", {"relaxation": "anyloss", "amplifier": 8.0,
                                           "backward": "autograd", "sync_dist": True}),
 }

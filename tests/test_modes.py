@@ -71,6 +71,11 @@ def test_loss_matches_reference(mode, average, multidim_average, ndim):
     """Value and input gradient of every mode x average x counting agree in float64."""
     rng = random.Random(f"{mode}{average}{multidim_average}{ndim}")
     for name in METRICS:
+        if mode == "multiclass" and average == "micro" and name in ("accuracy", "fpr"):
+            # TN-dependent metrics: refused, pointing to the K x K metric (test_matrix.py)
+            with pytest.raises(MetricError, match="average='micro' in multiclass mode"):
+                metricc.compile(name, **METRICS[name][0]).loss(mode=mode, average=average)
+            continue
         for reduction in ("mean", "sum", "none"):
             opts = {
                 "relaxation": rng.choice(["linear", "anyloss"]),
@@ -369,6 +374,8 @@ def test_everything_ignored_is_finite(mode, md):
     target = torch.full(shape if mode != "multiclass" else (2, 4, 4), -1, dtype=torch.long)
     for name in ("dice", "mcc", "accuracy"):
         for average in ("micro", "macro", "weighted", "none"):
+            if mode == "multiclass" and average == "micro" and name != "dice":
+                continue  # refused: TN-dependent (test_micro_tn_metrics_are_refused)
             loss = metricc.compile(name).loss("linear", mode=mode, average=average,
                                               ignore_index=-1, multidim_average=md)
             out = loss(x, target)
@@ -410,6 +417,8 @@ def test_loss_on_hard_predictions_is_one_minus_score(average):
         probs = torch.from_numpy(np.eye(5)[pred]).permute(0, 3, 1, 2).contiguous()
         t = torch.from_numpy(target)
         for name in ("f1", "jaccard", "accuracy"):
+            if name == "accuracy" and average == "micro":
+                continue  # refused: TN-dependent (test_micro_tn_metrics_are_refused)
             m = metricc.compile(name)
             loss = m.loss("linear", mode="multiclass", average=average, ignore_index=255,
                           eps=0.0 if name == "accuracy" else 1e-12)
@@ -532,6 +541,38 @@ def test_compiled_multiclass_loss_fullgraph():
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(g_out, g_eager, rtol=1e-5, atol=1e-6)
     assert math.isfinite(out.item())
+
+
+def test_micro_tn_metrics_are_refused():
+    """One meaning per name: multiclass micro pools one-vs-rest counts whose TN grows with K.
+
+    Micro MCC of the same argmax predictions changes when an unused class channel is
+    added; multiclass_mcc (R_K, torchmetrics' multiclass MCC) does not.
+    """
+    rng = np.random.default_rng(8)
+    scores = rng.normal(size=(40, 3))
+    target = rng.integers(0, 3, 40)
+    wider = np.concatenate([scores, np.full((40, 1), -10.0)], 1)  # an unused class channel
+    for name, counterpart in (("mcc", "multiclass_mcc"), ("accuracy", "multiclass_accuracy"),
+                              ("cohen_kappa", "multiclass_kappa"), ("specificity", None)):
+        m = metricc.compile(name)
+        pointer = counterpart or "C\\[i,j\\]"
+        with pytest.raises(MetricError, match=pointer):
+            m.score(scores, target, mode="multiclass", average="micro")
+        with pytest.raises(MetricError, match=pointer):
+            m.loss(mode="multiclass", average="micro")
+        if counterpart:
+            k3 = metricc.compile(counterpart).score(scores, target)
+            k4 = metricc.compile(counterpart).score(wider, target)
+            assert k3 == pytest.approx(k4, abs=1e-12)
+    tm = pytest.importorskip("torchmetrics.functional.classification")
+    want = float(tm.multiclass_matthews_corrcoef(torch.from_numpy(scores).argmax(1),
+                                                  torch.from_numpy(target), num_classes=3))
+    assert metricc.compile("multiclass_mcc").score(scores, target) == pytest.approx(want,
+                                                                                    abs=1e-6)
+    # TN-free metrics keep their micro meaning (micro F1 is the multiclass accuracy here)
+    f1 = metricc.compile("f1").score(scores, target, mode="multiclass", average="micro")
+    assert f1 == pytest.approx(metricc.compile("multiclass_accuracy").score(scores, target))
 
 
 @pytest.mark.parametrize("threshold", [0.3, 0.5, 0.8])

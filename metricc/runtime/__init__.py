@@ -7,6 +7,7 @@
 ``distributed``      counts summed over ranks and remembered over batches
 ``modes``            per-mode validate/format stages and the averages
 ``loss``             ``MetricLoss`` and its autograd Function
+``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix
 ===================  ==========================================================
 
 Importing this package loads nothing; each name below is loaded from its
@@ -31,6 +32,7 @@ _EXPORTS = {
     "ClassRows": "modes", "average_rows": "modes", "class_average_weights": "modes",
     "class_rows": "modes", "reduce_samples": "modes", "validate_inputs": "modes",
     "MetricLoss": "loss",
+    "MatrixLoss": "matrix", "soft_matrix": "matrix",
 }
 
 __all__ = sorted(_EXPORTS)

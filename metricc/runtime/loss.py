@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from ..errors import MetricError
 from .counts import _HALF_MAX, _counts, _rows, _sum_dtype, _to_input_dtype, _wide, soft_counts
 from .distributed import CountPool, count_pool
 from .modes import average_rows, class_rows, reduce_samples, validate_inputs
@@ -109,6 +110,9 @@ class MetricLoss(torch.nn.Module):
     #: The generated source of the two kernels, for reading.
     source: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = True
+    #: Non-empty for metrics that use TN: why multiclass micro-averaging is refused
+    #: (``docs/modes.md``); the message names the K x K metric to use instead.
+    micro_refusal: ClassVar[str] = ""
     _function: ClassVar[Any] = None
 
     @staticmethod
@@ -173,6 +177,8 @@ class MetricLoss(torch.nn.Module):
         self.average = average
         self.ignore_index, self.classes, self.class_weights = check_class_options(
             mode, average, ignore_index, classes, class_weights)
+        if mode == "multiclass" and average == "micro" and self.micro_refusal:
+            raise MetricError(self.micro_refusal)
         relax.check_mode(mode)
 
     def extra_repr(self) -> str:

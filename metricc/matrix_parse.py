@@ -1,0 +1,200 @@
+"""K x K formulas: the parser's placeholders resolved into index form (``metricc.matrix``).
+
+Kept apart from :mod:`metricc.parse` so that the symbolic layer (:mod:`metricc.matrix`)
+needs no parser; the parser calls :func:`resolve_matrix` when a formula uses the matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+import sympy
+from sympy import IndexedBase, KroneckerDelta, Sum
+
+from .errors import MetricError
+from .library import lookup
+from .matrix import (
+    MATRIX_FUNCTIONS,
+    C,
+    ColTotal,
+    Delta,
+    Entry,
+    K,
+    MatrixFormula,
+    Present,
+    PresentCall,
+    RowTotal,
+    SumOf,
+    share_sums,
+)
+from .symbols import COUNTS, DERIVED
+
+__all__ = ["col_total", "resolve_matrix", "row_total", "total"]
+
+
+def _index_symbol(name: str) -> sympy.Dummy:
+    # A Dummy is unique, so an index bound inside a binding or a named metric never
+    # captures one of the same name outside it.
+    return sympy.Dummy(name, integer=True, nonnegative=True)
+
+
+def row_total(i: sympy.Expr) -> sympy.Expr:
+    """``row(i) = sum_k C[i, k]``: the (weighted) number of samples of true class ``i``."""
+    k = _index_symbol("k")
+    return Sum(C[i, k], (k, 0, K - 1))
+
+
+def col_total(j: sympy.Expr) -> sympy.Expr:
+    """``col(j) = sum_k C[k, j]``: the (weighted) number of samples predicted as ``j``."""
+    k = _index_symbol("k")
+    return Sum(C[k, j], (k, 0, K - 1))
+
+
+def total() -> sympy.Expr:
+    """``n = sum_ij C[i, j]``."""
+    i, j = _index_symbol("i"), _index_symbol("j")
+    return Sum(C[i, j], (i, 0, K - 1), (j, 0, K - 1))
+
+
+def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,
+                   pos: Any, functions: Collection[str],
+                   library_formula: Callable[[str], MatrixFormula]) -> MatrixFormula:
+    """Turn the parser's placeholders into index-form SymPy, with positioned errors.
+
+    ``bindings`` and ``body`` are the parser's raw trees, whose only symbols are
+    the names as written; ``pos`` makes positioned errors, ``functions`` are the
+    2x2 language's function names and ``library_formula`` parses a named K x K
+    metric (the parser passes its own, so this module needs no parser).
+    Bindings are substituted where they are used, so a binding may mention an
+    index (``recall = C[i,i]/row(i)``) that a ``sum`` around its use binds.
+    """
+    FUNCTIONS = functions
+    _Name = sympy.Symbol  # in a raw tree every symbol is a name as written
+
+    defined: dict[str, sympy.Expr] = {}
+    params: set[str] = set()
+    matrices: set[str] = set()
+    defaults: dict[str, Any] = {}
+    index_names: set[str] = set()
+    used_metrics: list[str] = []
+    for e in [*(x for _, x in bindings), body]:
+        for s in sympy.preorder_traversal(e):
+            if isinstance(s, SumOf):
+                index_names.update(v.name for v in s.args[1:])
+            elif isinstance(s, (Entry,)):
+                index_names.update(v.name for v in s.args[1:])
+            elif isinstance(s, (RowTotal, ColTotal, Delta)):
+                index_names.update(v.name for v in s.args if isinstance(v, _Name))
+
+    def tok(name: str) -> Any:
+        return pos.first_use.get(name) or pos.call_tokens.get(name)
+
+    def fail(message: str, name: str) -> MetricError:
+        t = tok(name)
+        return pos.error(message, t) if t is not None else MetricError(message)
+
+    def index(x: sympy.Expr, bound: dict[str, sympy.Expr], what: str) -> sympy.Expr:
+        if not isinstance(x, _Name):  # pragma: no cover - the parser checks this
+            raise MetricError(f"{what} takes class-index names")
+        if x.name not in bound:
+            raise fail(f"index '{x.name}' is not summed over here: write it inside "
+                       f"sum({x.name}, ...)", x.name)
+        return bound[x.name]
+
+    def walk(e: sympy.Expr, bound: dict[str, sympy.Expr], stack: tuple[str, ...]) -> sympy.Expr:
+        if isinstance(e, _Name):
+            name = e.name
+            if name in bound:
+                return bound[name]
+            if name in defined:
+                if name in stack:  # pragma: no cover - bindings only see earlier ones
+                    raise fail(f"'{name}' refers to itself", name)
+                return walk(defined[name], bound, (*stack, name))
+            if name == "K":
+                return K
+            if name == "n":
+                return total()
+            if name in COUNTS or name in DERIVED:
+                raise fail(f"'{name}' is a 2x2 count; a K x K formula uses C[i,j], row(i), "
+                           "col(j), n and K (docs/matrix.md)", name)
+            if name in index_names:
+                raise fail(f"index '{name}' is used outside a sum over it", name)
+            metric = lookup(name)
+            if metric is not None:
+                if not metric.matrix:
+                    raise fail(f"'{name}' is a 2x2 metric and cannot be mixed with the K x K "
+                               "matrix; use a multiclass metric such as multiclass_accuracy",
+                               name)
+                inner = library_formula(metric.name)
+                if metric.name not in used_metrics:
+                    used_metrics.append(metric.name)
+                for k, v in inner.defaults.items():
+                    defaults.setdefault(k, v)
+                params.update(inner.parameters)
+                matrices.update(inner.matrix_parameters)
+                return inner.expr
+            params.add(name)
+            return sympy.Symbol(name)
+        if isinstance(e, SumOf):
+            inner_body, *names = e.args
+            new = dict(bound)
+            limits = []
+            for v in names:
+                if v.name in bound:
+                    raise fail(f"index '{v.name}' is already summed over; use another name",
+                               v.name)
+                s = _index_symbol(v.name)
+                new[v.name] = s
+                limits.append((s, 0, K - 1))
+            return Sum(walk(inner_body, new, stack), *limits)
+        if isinstance(e, Entry):
+            base, i, j = e.args
+            ii, jj = index(i, bound, "an entry"), index(j, bound, "an entry")
+            if base.name == "C":
+                return C[ii, jj]
+            if base.name in COUNTS or base.name in DERIVED or base.name in FUNCTIONS \
+                    or base.name in defined or lookup(base.name) is not None:
+                raise fail(f"'{base.name}' cannot be indexed; C[i, j] is the confusion matrix "
+                           "and other indexed names are K x K parameters", base.name)
+            matrices.add(base.name)
+            return IndexedBase(base.name)[ii, jj]
+        if isinstance(e, RowTotal):
+            return row_total(index(e.args[0], bound, "row()"))
+        if isinstance(e, ColTotal):
+            return col_total(index(e.args[0], bound, "col()"))
+        if isinstance(e, Delta):
+            return KroneckerDelta(index(e.args[0], bound, "delta()"),
+                                  index(e.args[1], bound, "delta()"))
+        if isinstance(e, PresentCall):
+            return Present(walk(e.args[0], bound, stack))
+        if not e.args:
+            return e
+        return e.func(*(walk(a, bound, stack) for a in e.args))
+
+    for name_tok, expr in bindings:
+        name = str(name_tok)
+        if name in COUNTS:
+            raise pos.error(f"'{name}' is a built-in count and cannot be redefined", name_tok)
+        if name in FUNCTIONS or name in MATRIX_FUNCTIONS:
+            raise pos.error(f"'{name}' is a function and cannot be redefined", name_tok)
+        if name in ("C", "K"):
+            raise pos.error(f"'{name}' is built into K x K formulas and cannot be redefined",
+                            name_tok)
+        if name in defined:
+            raise pos.error(f"'{name}' is defined twice", name_tok)
+        if name in index_names:
+            raise pos.error(f"'{name}' is a class index and cannot be a binding", name_tok)
+        defined[name] = expr
+    for name_tok, expr in bindings:  # a binding may only use the ones above it
+        later = [str(t) for t, _ in bindings[[str(b) for b, _ in bindings].index(str(name_tok)):]]
+        for s in expr.atoms(_Name):
+            if s.name in later:
+                raise pos.error(f"'{s.name}' is used before it is defined",
+                                pos.first_use[s.name])
+    (expr,) = share_sums([walk(body, {}, ())])
+    if not expr.has(C):
+        raise MetricError(f"formula {text.strip()!r} does not depend on the confusion matrix "
+                          "C; a metric must use C[i, j], row(i), col(j) or n")
+    return MatrixFormula(text, expr, tuple(sorted(params)), tuple(sorted(matrices)), defaults,
+                         tuple(used_metrics))

@@ -1,0 +1,368 @@
+"""The K x K matrix loss: relaxed class probabilities, the soft matrix, the symbolic backward.
+
+Torch-only, like the rest of the runtime (standalone files paste it). A compiled
+matrix metric subclasses :class:`MatrixLoss` and fills in its two generated
+kernels, which call the small broadcasting helpers defined first here.
+
+For scores ``s`` (``(N, K, *)``) and class indices ``y`` (``(N, *)``), the loss
+relaxes each element's prediction to class probabilities ``q`` and forms the soft
+matrix ``C[i, j] = sum_n w_n [y_n = i] q_n[j]`` (one batched matmul). With
+``G = d f / d C`` from the kernel, ``d loss / d q_n[j] = -/+ G[y_n, j]``: one row
+of ``G`` per element, again one matmul. The softmax is left to autograd.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from ..errors import MetricError
+from .counts import _to_input_dtype, _wide
+from .distributed import CountPool, count_pool
+from .options import look_up_option
+
+#: The relaxations to class probabilities a K x K loss can use (the 2x2 relaxations of
+#: :mod:`metricc.runtime.relax` act on one score at a time; these act on all K at once).
+MATRIX_RELAXATIONS = ("softmax", "linear")
+
+
+# --- helpers the generated kernels call ---------------------------------------------------------
+
+def _num_classes(C: Tensor) -> Tensor:
+    """``K`` as a 0-dim tensor of ``C``'s dtype (roots and logs of it stay tensors)."""
+    return torch.full((), C.shape[-1], dtype=C.dtype, device=C.device)
+
+
+def _index(C: Tensor, dims: int, axis: int) -> Tensor:
+    """The class indices ``0..K-1`` along ``axis`` of a ``dims``-dimensional frame."""
+    k = C.shape[-1]
+    shape = [1] * dims
+    shape[axis] = k
+    return torch.arange(k, dtype=C.dtype, device=C.device).view(shape)
+
+
+def _entry(M: Tensor, dims: int, row_axis: int, col_axis: int) -> Tensor:
+    """Entries ``M[i, j]`` of ``(R, K, K)`` matrices (or one ``(K, K)`` matrix) with
+    ``i`` along ``row_axis`` and ``j`` along ``col_axis``; the diagonal when they agree."""
+    if M.dim() == 2:
+        M = M.unsqueeze(0)
+    r, k = M.shape[0], M.shape[-1]
+    shape = [1] * dims
+    shape[0] = r
+    if row_axis == col_axis:
+        shape[row_axis] = k
+        return M.diagonal(dim1=-2, dim2=-1).reshape(shape)
+    if row_axis > col_axis:
+        M, row_axis, col_axis = M.transpose(-1, -2), col_axis, row_axis
+    shape[row_axis] = shape[col_axis] = k
+    return M.reshape(shape)
+
+
+def _sum(x: Any, dims: tuple[int, ...], K: Tensor) -> Any:
+    """Sum over the class axes ``dims``, kept as size 1; a term constant along an
+    axis (size 1 there, or a number) is multiplied by ``K``."""
+    for d in dims:
+        if isinstance(x, Tensor) and x.dim() > d and x.shape[d] != 1:
+            x = x.sum(d, keepdim=True)
+        else:
+            x = x * K
+    return x
+
+
+def _delta(i: Tensor, j: Tensor) -> Tensor:
+    return (i == j).to(i.dtype)
+
+
+def _present(x: Tensor) -> Tensor:
+    return (x > 0).to(x.dtype)
+
+
+def _as_rows(x: Any, C: Tensor, dims: int) -> Tensor:
+    """A kernel's value, ``(R, 1, ..., 1)`` or a number, as ``(R,)``."""
+    return (C.new_zeros((C.shape[0],) + (1,) * (dims - 1)) + x).reshape(C.shape[0])
+
+
+def _as_matrices(x: Any, C: Tensor, dims: int) -> Tensor:
+    """A kernel's gradient, broadcast over the axes of ``a`` and ``b``, as ``(R, K, K)``."""
+    r, k = C.shape[0], C.shape[-1]
+    return (C.new_zeros((r, k, k) + (1,) * (dims - 3)) + x).reshape(r, k, k)
+
+
+# --- relaxation and soft matrix -----------------------------------------------------------------
+
+def class_probabilities(x: Tensor, relaxation: str, temperature: float,
+                        from_logits: bool) -> Tensor:
+    """Relaxed class probabilities ``q`` over dim 1 of scores ``x`` (``(N, K, M)``).
+
+    ``linear``: ``q = softmax(x)`` for logits, the probabilities as given otherwise.
+    ``softmax``: ``q = softmax(z / temperature)`` with ``z`` the logits (or
+    ``log p``): a sharpened softmax that tends to the one-hot argmax as the
+    temperature goes to 0 (and equals ``linear`` at temperature 1).
+    """
+    if relaxation == "linear":
+        return torch.softmax(x, 1) if from_logits else x
+    z = x if from_logits else torch.log(x.clamp_min(torch.finfo(x.dtype).tiny))
+    return torch.softmax(z / temperature, 1)
+
+
+def soft_matrix(q: Tensor, y: Tensor, w: Tensor | None, samplewise: bool) -> Tensor:
+    """``C[r, i, j] = sum w [y = i] q[j]`` as float64: ``(1, K, K)``, or ``(N, K, K)`` per sample.
+
+    ``q`` is ``(N, K, M)``, ``y`` ``(N, M)`` class indices in ``0..K-1`` (ignored
+    elements: any valid index with ``w = 0``), ``w`` ``(N, M)`` or ``None``. A
+    scatter-add of the (weighted) probabilities into the row of each element's true
+    class; no one-hot matrix is built. Sums run in float64, as the 2x2 counts' do.
+    """
+    n, k, m = q.shape
+    qw = q if w is None else q * w.unsqueeze(1)
+    qw = qw.to(torch.float64)
+    if not samplewise and m == 1:
+        out = torch.zeros(k, k, dtype=torch.float64, device=q.device)
+        return out.index_add_(0, y.reshape(n), qw.reshape(n, k)).unsqueeze(0)
+    if not samplewise and n * k * k > q.numel():
+        rows = qw.permute(0, 2, 1).reshape(n * m, k)
+        out = torch.zeros(k, k, dtype=torch.float64, device=q.device)
+        return out.index_add_(0, y.reshape(n * m), rows).unsqueeze(0)
+    # Ct[n, j, i] = sum_m [y[n, m] = i] q[n, j, m]
+    index = y.unsqueeze(1).expand(n, k, m)
+    ct = torch.zeros(n, k, k, dtype=torch.float64, device=q.device).scatter_add_(2, index, qw)
+    c = ct.transpose(1, 2)
+    return c if samplewise else c.sum(0, keepdim=True)
+
+
+def matrix_rows(G: Tensor, y: Tensor, w: Tensor | None, shape: torch.Size) -> Tensor:
+    """``out[n, j, m] = w[n, m] G[r, y[n, m], j]``: row ``y`` of ``G`` for every element,
+    the adjoint of :func:`soft_matrix` (``r`` = ``n`` per sample, else 0)."""
+    n, k, m = shape
+    if G.shape[0] == 1 and m == 1:
+        out = G[0].index_select(0, y.reshape(n)).unsqueeze(-1)
+    else:
+        gt = G.transpose(1, 2).expand(n, k, k)
+        out = torch.gather(gt, 2, y.unsqueeze(1).expand(n, k, m))
+    return out if w is None else out * w.unsqueeze(1)
+
+
+def _matrix_function(cls: type[MatrixLoss]) -> Any:
+    """The ``torch.autograd.Function`` whose backward gathers rows of the symbolic ``G``."""
+    sign = -1.0 if cls.higher_is_better else 1.0
+
+    class SymbolicMatrixMetric(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, q: Tensor, y: Tensor, w: Tensor | None, eps: float,
+                    samplewise: bool, pool: CountPool | None, *params: Tensor) -> Tensor:
+            C = soft_matrix(q, y, w, samplewise)
+            if pool is not None:
+                (C,) = pool((C,))
+            value, G = cls.matrix_and_gradient(C, eps, *params)
+            ctx.save_for_backward(y, w, G)
+            ctx.pool = pool
+            ctx.in_dtype = q.dtype
+            ctx.work_dtype = _wide(q.dtype)
+            ctx.shape = q.shape
+            ctx.n_params = len(params)
+            loss = 1 - value if cls.higher_is_better else value
+            return loss.to(q.dtype)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+            y, w, G = ctx.saved_tensors
+            if ctx.pool is not None:
+                # Every rank's loss depends on this rank's matrix through the all-reduce.
+                grad = ctx.pool.sum_grad(grad)
+            # d loss / d C per matrix r; d loss / d q[n, j, m] = w G'[r, y[n, m], j].
+            Gs = ((grad.to(G.dtype) * sign).view(-1, 1, 1) * G).to(ctx.work_dtype)
+            grad_q = matrix_rows(Gs, y, w, ctx.shape)
+            return (_to_input_dtype(grad_q, ctx.in_dtype), None, None, None, None, None,
+                    *(None,) * ctx.n_params)
+
+    SymbolicMatrixMetric.__name__ = SymbolicMatrixMetric.__qualname__ = f"{cls.__name__}Function"
+    return SymbolicMatrixMetric
+
+
+class MatrixLoss(torch.nn.Module):
+    """``1 - metric`` (or ``metric`` where lower is better) on the soft K x K matrix.
+
+    ``forward(input, target, weight=None)``: ``input`` ``(N, K, *)`` class
+    probabilities (or logits with ``from_logits=True``), ``target`` ``(N, *)``
+    integer class indices, ``weight`` optional per-sample weights ``(N,)`` or
+    per-element ``(N, *)``. ``relaxation``: ``"softmax"`` (sharpened by
+    ``temperature``) or ``"linear"``; ``ignore_index`` drops elements with that
+    target. ``multidim_average="global"`` forms one matrix for the batch,
+    ``"samplewise"`` one per sample, combined by ``reduction``. ``sync_dist``
+    sums the matrix over the ranks of ``process_group`` (the exact global-batch
+    metric under DDP), ``memory_decay`` adds a decayed memory of past batches'
+    matrices (``docs/distributed.md``). ``backward="symbolic"`` runs the
+    generated gradient ``d f / d C``; ``"autograd"`` differentiates the forward.
+    ``eps`` guards denominators, roots and logs.
+    """
+
+    formula: ClassVar[str] = ""
+    source: ClassVar[str] = ""
+    higher_is_better: ClassVar[bool] = True
+    #: Names of the K x K parameters the kernels take after ``eps``, and their values.
+    matrix_parameters: ClassVar[tuple[str, ...]] = ()
+    matrix_values: ClassVar[tuple[tuple[tuple[float, ...], ...], ...]] = ()
+    _function: ClassVar[Any] = None
+
+    @staticmethod
+    def matrix_value(C: Tensor, eps: float, *params: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def matrix_and_gradient(C: Tensor, eps: float, *params: Tensor) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._function = _matrix_function(cls)
+
+    def __init__(
+        self,
+        relaxation: str = "softmax",
+        *,
+        temperature: float = 0.5,
+        from_logits: bool = False,
+        backward: str = "symbolic",
+        multidim_average: str = "global",
+        reduction: str = "mean",
+        eps: float = 1e-7,
+        sync_dist: bool = False,
+        process_group: Any = None,
+        memory_decay: float | None = None,
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+    ) -> None:
+        super().__init__()
+        err = MetricError
+        look_up_option("relaxation", relaxation, MATRIX_RELAXATIONS)
+        for name, value in (("backward", backward), ("multidim_average", multidim_average),
+                            ("reduction", reduction)):
+            look_up_option(name, value)
+        for name, value in (("temperature", temperature), ("eps", eps)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0 or (name == "temperature"
+                                                                 and value == 0):
+                what = "> 0" if name == "temperature" else ">= 0"
+                raise err(f"{name} must be a finite number {what}, got {value!r}")
+        if ignore_index is not None and (isinstance(ignore_index, bool)
+                                         or not isinstance(ignore_index, int)):
+            raise err(f"ignore_index must be an integer, got {ignore_index!r}")
+        self.relaxation = relaxation
+        self.temperature = float(temperature)
+        self.from_logits = bool(from_logits)
+        self.backward_mode = backward
+        self.multidim_average = multidim_average
+        self.reduction = reduction
+        self.eps = float(eps)
+        self.ignore_index = ignore_index
+        self.validate_args = bool(validate_args)
+        self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average)
+        for name, values in zip(self.matrix_parameters, self.matrix_values, strict=True):
+            self.register_buffer(f"param_{name}", torch.tensor(values, dtype=torch.float64),
+                                 persistent=False)
+
+    def extra_repr(self) -> str:
+        return (f"relaxation={self.relaxation!r}, temperature={self.temperature}, "
+                f"from_logits={self.from_logits}, backward={self.backward_mode!r}, "
+                f"multidim_average={self.multidim_average!r}, reduction={self.reduction!r}, "
+                f"ignore_index={self.ignore_index}, eps={self.eps}")
+
+    def reset_memory(self) -> None:
+        """Forget the matrices of past batches (``memory_decay``); a no-op without memory."""
+        if self.pool is not None:
+            self.pool.reset()
+
+    def _params(self) -> list[Tensor]:
+        return [getattr(self, f"param_{n}") for n in self.matrix_parameters]
+
+    def _validate(self, input: Tensor, target: Tensor, weight: Tensor | None) -> None:
+        err = MetricError
+        if not isinstance(input, Tensor) or not isinstance(target, Tensor):
+            raise err(f"input and target must be tensors, got {type(input).__name__} and "
+                      f"{type(target).__name__}")
+        if not input.is_floating_point():
+            raise err(f"input must be a floating-point tensor of class probabilities or logits "
+                      f"(N, K, *), got {input.dtype}")
+        if input.dim() < 2 or input.shape[1] < 2:
+            raise err(f"input must have shape (N, K, *) with K >= 2 classes on dim 1, got "
+                      f"{tuple(input.shape)}")
+        index_shape = input.shape[:1] + input.shape[2:]
+        if target.shape != index_shape:
+            raise err(f"target must hold class indices of shape {tuple(index_shape)} (the "
+                      f"input's shape without dim 1), got {tuple(target.shape)}")
+        if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+            raise err(f"target must be an integer tensor of class indices, got {target.dtype}; "
+                      "use target.long()")
+        if input.device != target.device:
+            raise err(f"input is on {input.device} but target on {target.device}")
+        if input.numel() == 0:
+            raise err(f"input is empty (shape {tuple(input.shape)}); skip empty batches")
+        k = input.shape[1]
+        for name, p in zip(self.matrix_parameters, self._params(), strict=True):
+            if p.shape[-1] != k:
+                raise err(f"the parameter {name} is {p.shape[0]} x {p.shape[1]} but the input "
+                          f"has {k} classes")
+        if weight is not None:
+            if not isinstance(weight, Tensor) or not weight.is_floating_point():
+                raise err("weight must be a floating-point tensor of per-sample weights")
+            if weight.shape not in (input.shape[:1], index_shape):
+                raise err(f"weight must have shape {tuple(input.shape[:1])} (per sample) or "
+                          f"{tuple(index_shape)} (per element), got {tuple(weight.shape)}")
+        if not self.validate_args or torch.compiler.is_compiling():
+            return
+        lo, hi = (float(v) for v in torch.aminmax(input.detach()))
+        if math.isnan(lo) or math.isnan(hi) or math.isinf(lo) or math.isinf(hi):
+            raise err("input contains NaN or inf; scores must be finite")
+        if not self.from_logits and (lo < 0 or hi > 1):
+            raise err(f"input has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
+                      "from_logits=False: pass from_logits=True if these are logits")
+        t = target.detach()
+        if self.ignore_index is not None:
+            t = t[t != self.ignore_index]
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= k):
+            bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
+            raise err(f"target holds class index {bad}, but the input has {k} classes (0 to "
+                      f"{k - 1}); set ignore_index={bad} if it marks elements to leave out")
+        if weight is not None:
+            wlo, whi = (float(v) for v in torch.aminmax(weight.detach()))
+            if not (math.isfinite(wlo) and math.isfinite(whi)) or wlo < 0:
+                raise err("weight must hold finite numbers >= 0")
+
+    def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
+        self._validate(input, target, weight)
+        n, k = input.shape[:2]
+        work = _wide(input.dtype)
+        x = input.to(work).reshape(n, k, -1)
+        m = x.shape[-1]
+        y = target.reshape(n, m)
+        w = None
+        if weight is not None:
+            w = (weight.view(n, 1) if weight.dim() == 1 else weight.reshape(n, m)).to(work)
+            w = w.expand(n, m)
+        if self.ignore_index is not None:
+            keep = (y != self.ignore_index).to(work)
+            w = keep if w is None else w * keep
+        if self.ignore_index is not None:
+            # Any valid row for ignored elements: their weight is 0.
+            y = torch.where(y == self.ignore_index, torch.zeros_like(y), y)
+        q = class_probabilities(x, self.relaxation, self.temperature, self.from_logits)
+        samplewise = self.multidim_average == "samplewise"
+        if self.backward_mode == "symbolic":
+            losses = self._function.apply(q, y, w, self.eps, samplewise, self.pool,
+                                          *self._params())
+        else:
+            C = soft_matrix(q, y, w, samplewise)
+            if self.pool is not None:
+                (C,) = self.pool((C,), differentiable=True)
+            value = self.matrix_value(C, self.eps, *self._params())
+            losses = (1 - value if self.higher_is_better else value).to(work)
+        if not samplewise:
+            return losses[0]
+        if self.reduction == "mean":
+            return losses.mean()
+        if self.reduction == "sum":
+            return losses.sum()
+        return losses
