@@ -195,7 +195,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_PROBLEM
     print(verification)
     ok = bool(getattr(verification, "ok", True))
-    trains = report.depends_on_predictions and not report.wrong_way()
+    # K x K reports (MatrixCheckReport) decide their direction in wrong_way() alone.
+    trains = getattr(report, "depends_on_predictions", True) and not report.wrong_way()
     return EXIT_OK if ok and trains else EXIT_PROBLEM
 
 
