@@ -16,6 +16,9 @@ the CPU, which only exercises the script). Exit status 1 means a check failed.
 3. Timings: forward+backward, median over interleaved rounds (``torch.cuda.synchronize``
    around each call), and peak extra memory (``torch.cuda.max_memory_allocated``), for the
    rows of ``bench_loss.py``.
+4. The races of ``bench_peers.py`` (metricc against MONAI and smp, where installed) on the
+   GPU: every row eager and compiled (``--quick``: eager, and compiled only for the
+   multiclass Dice rows), with the issue-16 targets.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_peers
 from bench_loss import binary_losses, print_table
 
 import metricc
@@ -186,6 +190,30 @@ def timings(device: str, sizes: list[int], rounds: int, compiled: bool) -> None:
                 [[k] + [f"{peaks[n][k]:.2f}" for n in sizes] for k in losses])
 
 
+QUICK_COMPILED = ("metricc dice (linear)", "metricc dice (default)", "MONAI DiceLoss",
+                  "smp DiceLoss")
+
+
+def race_peers(device: str, quick: bool, compiled: bool) -> None:
+    """``bench_peers.py``'s races on ``device`` (full-size batches; ``quick``: few rounds,
+    compiled twins only for the multiclass Dice rows, as compiling costs most of the time)."""
+    t0 = time.perf_counter()
+    results = []
+    for case in bench_peers.peers.CASES:
+        if not compiled:
+            twins: bool | tuple[str, ...] = False
+        elif quick:
+            twins = QUICK_COMPILED if case == "multiclass" else False
+        else:
+            twins = True
+        shape = bench_peers.QUICK_SHAPES[case] if device == "cpu" and quick else None
+        bench_peers.check_agreement(case)  # the raced peers compute metricc's loss
+        results.append(bench_peers.race(case, device, rounds=5 if quick else 20,
+                                        warmup=2, compiled=twins, shape=shape))
+    bench_peers.compact_report(results, device)
+    print(f"peer races: {time.perf_counter() - t0:.0f} s\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -193,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--sizes", default="1e6,1e7,1e8")
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--no-peers", action="store_true", help="skip the races against MONAI/smp")
     ap.add_argument("--metrics", default=",".join(METRICS),
                     help="named metrics for the correctness check (default: all)")
     args = ap.parse_args(argv)
@@ -219,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         check_compile(args.device, failures)
         print(f"torch.compile on {args.device}: {'ok' if not failures else 'see failures'}\n")
     timings(args.device, sizes, rounds, compiled=not args.no_compile)
+    if not args.no_peers:
+        race_peers(args.device, args.quick, compiled=not args.no_compile)
     for f in failures:
         print("FAILED:", f)
     print("all checks passed" if not failures else f"{len(failures)} checks FAILED")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -59,8 +59,10 @@ class Metric:
     """
 
     def __init__(self, formula: Formula, params: Mapping[str, float], name: str | None,
-                 higher_is_better: bool) -> None:
+                 higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
         self.formula = formula
+        #: :class:`metricc.constraints.Constraint`\ s to meet while optimising (``docs/constraints.md``)
+        self.constraints = tuple(constraints)
         self.text = formula.text
         self.name = name
         self.parameters = dict(params)
@@ -76,8 +78,9 @@ class Metric:
         self._loss_class: type[MetricLoss] | None = None
         self._check: CheckReport | None = None
         #: How to compile this metric again: ``compile``'s arguments (see ``__reduce__``).
-        self._spec: tuple[str, tuple[tuple[str, float], ...], bool | None] = (
-            self.text, tuple(self.parameters.items()), higher_is_better)
+        self._spec: tuple[Any, ...] = (
+            self.text, tuple(self.parameters.items()), higher_is_better,
+            tuple(c.text for c in self.constraints[len(formula.constraints):]))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The generated loss class cannot be pickled: a Metric travels as its formula,
@@ -100,7 +103,9 @@ class Metric:
 
     def __repr__(self) -> str:
         label = self.name or self.text.strip()
-        return f"Metric({label!r}, expr={self.expr}, higher_is_better={self.higher_is_better})"
+        extra = f", constraints={[c.text for c in self.constraints]}" if self.constraints else ""
+        return (f"Metric({label!r}, expr={self.expr}, higher_is_better={self.higher_is_better}"
+                f"{extra})")
 
     # --- symbolic -------------------------------------------------------------------------
     @property
@@ -145,6 +150,11 @@ class Metric:
         if self._check is None:
             self._check = check(self.expr, self.analysis.gradient,
                                 higher_is_better=self.higher_is_better)
+            if self.constraints:  # and whether each constraint can be met
+                from .constraints import ConstraintsCheckReport, check_constraint
+
+                self._check = ConstraintsCheckReport(  # type: ignore[assignment]
+                    self._check, tuple(check_constraint(c) for c in self.constraints))
         return self._check
 
     # --- numeric --------------------------------------------------------------------------
@@ -276,12 +286,17 @@ class Metric:
             zero_division=zero_division, absent_classes=absent_classes,
             validate_args=validate_args, **kwargs)
 
-    def best_threshold(self, scores: Any, target: Any, *,
-                       zero_division: float | None = None) -> ThresholdChoice:
-        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`."""
+    def best_threshold(self, scores: Any, target: Any, *, zero_division: float | None = None,
+                       constraints: Sequence[str] | None = None) -> ThresholdChoice:
+        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`.
+
+        Only thresholds meeting ``constraints`` (and the metric's own, when it was
+        compiled with constraints) are candidates.
+        """
         from .threshold import best_threshold
 
-        return best_threshold(self, scores, target, zero_division=zero_division)
+        return best_threshold(self, scores, target, zero_division=zero_division,
+                              constraints=constraints)
 
     def _kernel(self, name: str) -> Any:
         return getattr(self.loss_class, name)
@@ -330,12 +345,20 @@ class Metric:
         ``warn_monotonicity=False`` (or filter ``MetricWarning`` with the
         :mod:`warnings` module) to silence it.
 
+        With constraints, the loss is a
+        :class:`~metricc.runtime.constrained.ConstrainedLoss` (binary mode, one
+        confusion matrix per batch) and takes ``multiplier_lr`` (0.05),
+        ``penalty`` (1.0), ``max_multiplier`` (100) and ``multiplier_rates``
+        (``"hard"``) too; see ``docs/constraints.md``.
+
         >>> import torch, metricc
         >>> loss = metricc.compile("f1").loss()
         >>> x = torch.tensor([0.9, 0.2, 0.8], requires_grad=True)
         >>> round(loss(x, torch.tensor([1.0, 0.0, 1.0])).item(), 4)
         0.0
         """
+        if self.constraints:
+            return self._constrained_loss(relaxation, warn_monotonicity, options)
         from .emit import loss_parameters
 
         allowed = [p.name for p in loss_parameters()]
@@ -389,11 +412,92 @@ class Metric:
         symbolic backward = autograd of an independent implementation = finite
         differences (``torch.autograd.gradcheck``) for every relaxation.
 
+        With constraints, the objective's kernels and every constraint's are
+        verified (checks named ``constraint <text>: ...``).
+
         >>> import metricc
         >>> metricc.compile("f1").verify(derivatives={"TP": "2*(FP+FN)/(2*TP+FP+FN)^2"}).ok
         True
         """
+        if self.constraints:
+            return self._verify_constraints(derivatives, options)
         return verify(self, derivatives=derivatives, **options)
+
+    # --- constraints (docs/constraints.md) --------------------------------------------------
+    def parse_constraints(self, texts: Iterable[str]) -> tuple[Any, ...]:
+        """``["recall >= 0.9", ...]`` as :class:`metricc.constraints.Constraint` objects.
+
+        >>> import metricc
+        >>> c, = metricc.compile("f1").parse_constraints(["fpr <= 0.05"])
+        >>> c.metric.expr, c.op, c.bound
+        (FP/(FP + TN), '<=', 0.05)
+        """
+        from .constraints import build_constraints
+
+        return build_constraints(None, texts, _constraint_metric)
+
+    def constraint_scores(self, preds: Any, target: Any, threshold: float = 0.5) -> dict[str, float]:
+        """Each constraint's metric on hard predictions ``preds >= threshold`` (``nan``
+        where it is undefined, e.g. recall without positives).
+
+        >>> import metricc
+        >>> m = metricc.compile("precision subject to recall >= 0.9")
+        >>> m.constraint_scores([0.9, 0.8, 0.3, 0.1], [1, 1, 1, 0])
+        {'recall >= 0.9': 0.6666666666666666}
+        """
+        return {c.text: c.metric.score(preds, target, threshold, zero_division=math.nan)
+                for c in self.constraints}
+
+    def feasible(self, preds: Any, target: Any, threshold: float = 0.5) -> bool:
+        """Whether every constraint holds on hard predictions ``preds >= threshold``."""
+        scores = self.constraint_scores(preds, target, threshold)
+        return all(c.satisfied(scores[c.text]) for c in self.constraints)
+
+    def _constrained_loss(self, relaxation: str, warn_monotonicity: bool,
+                          options: dict[str, Any]) -> Any:
+        import warnings
+
+        from .runtime.constrained import ConstrainedLoss, ConstraintSpec
+
+        keys = ("multiplier_lr", "penalty", "max_multiplier", "multiplier_rates")
+        multiplier_options = {k: options.pop(k) for k in keys if k in options}
+        objective = self._objective().loss(relaxation, warn_monotonicity=warn_monotonicity,
+                                           **options)
+        if warn_monotonicity:
+            for why in self.check().unmet().values():  # type: ignore[attr-defined]
+                warnings.warn(f"constraint {why}", MetricWarning, stacklevel=3)
+        specs = [ConstraintSpec(c.text, c.metric.loss_class, c.op, c.bound)
+                 for c in self.constraints]
+        return ConstrainedLoss(objective, specs, **multiplier_options)
+
+    def _objective(self) -> Metric:
+        """This metric without its constraints (sharing the generated kernels)."""
+        plain = Metric(self.formula, self.parameters, self.name, self.higher_is_better)
+        plain._loss_class, plain._kernels_source = self._loss_class, self._kernels_source
+        return plain
+
+    def _verify_constraints(self, derivatives: Mapping[str, str] | None,
+                            options: dict[str, Any]) -> VerificationReport:
+        import dataclasses
+
+        from .errors import VerificationError
+        from .verify import verify
+
+        raise_on_failure = options.pop("raise_on_failure", True)
+        report = verify(self._objective(), derivatives=derivatives, raise_on_failure=False,
+                        **options)
+        for c in self.constraints:
+            sub = verify(c.metric, raise_on_failure=False, **options)
+            report.checks += [dataclasses.replace(k, name=f"constraint {c.text}: {k.name}")
+                              for k in sub.checks]
+        if raise_on_failure and not report.ok:
+            raise VerificationError(str(report))
+        return report
+
+
+def _constraint_metric(formula: Formula, higher_is_better: bool) -> Metric:
+    """How a constraint's normalised side is compiled (no parameters, no name)."""
+    return Metric(formula, {}, None, higher_is_better)
 
 
 @contextmanager
@@ -409,12 +513,16 @@ def _analysis_errors(text: str) -> Iterator[None]:
         raise MetricError(f"could not analyse formula {text.strip()!r}: {e}") from None
 
 
-def compile(formula: str, *, higher_is_better: bool | None = None, **params: float) -> Metric:
+def compile(formula: str, *, higher_is_better: bool | None = None,
+            constraints: Iterable[str] | None = None, **params: float) -> Metric:
     """Compile a formula over ``TP FP FN TN`` (or a metric name) into a :class:`Metric`.
 
     ``params`` give values to the formula's free parameters; named metrics have
     defaults (``fbeta``'s ``beta=1``). ``higher_is_better`` defaults to the named
-    metric's direction, else ``True``.
+    metric's direction, else ``True``. ``constraints`` (``["recall >= 0.9"]``,
+    or a ``subject to`` clause in the formula) are held in ``Metric.constraints``
+    and shape :meth:`Metric.loss`, :meth:`Metric.check` and
+    :meth:`Metric.best_threshold` (``docs/constraints.md``).
 
     >>> import metricc
     >>> metricc.compile("fbeta", beta=2.0).value(tp=30, fp=5, fn=10, tn=955)
@@ -422,11 +530,18 @@ def compile(formula: str, *, higher_is_better: bool | None = None, **params: flo
     """
     if not isinstance(formula, str):
         raise MetricError(f"formula must be a string, got {type(formula).__name__}")
+    if constraints is not None:
+        if isinstance(constraints, str) or not isinstance(constraints, Iterable):
+            raise MetricError("constraints must be a list of strings, e.g. ['recall >= 0.9'], "
+                              f"got {constraints!r}")
+        constraints = tuple(constraints)
     # K x K parameters (a weight or cost matrix) arrive as lists, arrays or tensors.
     params = {k: _hashable(v) for k, v in params.items()}
-    key = (formula, tuple(sorted((k, repr(v)) for k, v in params.items())), higher_is_better)
+    key = (formula, tuple(sorted((k, repr(v)) for k, v in params.items())), higher_is_better,
+           constraints)
     try:
-        return _compile_cached(key, formula, higher_is_better, tuple(params.items()))
+        return _compile_cached(key, formula, higher_is_better, tuple(params.items()),
+                               constraints or ())
     except TypeError as e:  # unhashable parameter values
         raise MetricError(f"parameters must be numbers: {e}") from None
 
@@ -451,19 +566,21 @@ def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None
                 raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
 
 
-def _recompile(text: str, params: tuple[tuple[str, float], ...], higher_is_better: bool
-               ) -> Metric:
+def _recompile(text: str, params: tuple[tuple[str, float], ...], higher_is_better: bool,
+               constraints: tuple[str, ...] = ()) -> Metric:
     """How a K x K ``MatrixMetric`` unpickles (``metricc.matrix_metric``)."""
-    return compile(text, higher_is_better=higher_is_better, **dict(params))
+    return compile(text, higher_is_better=higher_is_better, constraints=constraints or None,
+                   **dict(params))
 
 
 def _rebuild_metric(formula: str, param_items: tuple[tuple[str, float], ...],
-                    higher_is_better: bool | None) -> Metric:
+                    higher_is_better: bool | None, constraints: tuple[str, ...] = ()) -> Metric:
     """Unpickle a :class:`Metric`: compile it again (a cache hit if it was compiled here)."""
-    return compile(formula, higher_is_better=higher_is_better, **dict(param_items))
+    return compile(formula, higher_is_better=higher_is_better,
+                   constraints=constraints or None, **dict(param_items))
 
 
-def _rebuild_loss(spec: tuple[str, tuple[tuple[str, float], ...], bool | None]) -> MetricLoss:
+def _rebuild_loss(spec: tuple[Any, ...]) -> MetricLoss:
     """Unpickle a loss module: an empty instance of its metric's (re)compiled loss class;
     pickle then restores its state (options, buffers, memory) with ``__setstate__``."""
     cls = _rebuild_metric(*spec).loss_class
@@ -477,7 +594,8 @@ def _reduce_loss(self: MetricLoss, protocol: int) -> tuple[Any, ...]:
 
 @lru_cache(maxsize=256)
 def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
-                    param_items: tuple[tuple[str, float], ...]) -> Metric:
+                    param_items: tuple[tuple[str, float], ...],
+                    constraints: tuple[str, ...] = ()) -> Metric:
     params = dict(param_items)
     named = lookup(formula.strip())
     check_single_identifier(formula)
@@ -509,10 +627,19 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
             name = formula.strip()
         if isinstance(parsed, MatrixFormula):
+            if constraints:
+                raise MetricError("constraints apply to 2 x 2 metrics for now; "
+                                  f"{formula.strip()!r} is a K x K metric")
             from .matrix_metric import MatrixMetric
 
             metric: Metric = MatrixMetric(parsed, given, name, direction)  # type: ignore[assignment]
         else:
-            metric = Metric(parsed, given, name, direction)
-        metric._spec = (formula, param_items, higher_is_better)  # this very cache entry
+            built: tuple[Any, ...] = ()
+            if parsed.constraints or constraints:
+                from .constraints import build_constraints
+
+                built = build_constraints(parsed, constraints, _constraint_metric)
+            metric = Metric(parsed, given, name, direction, built)
+        # this very cache entry, for pickling
+        metric._spec = (formula, param_items, higher_is_better, constraints)
         return metric

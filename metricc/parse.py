@@ -40,11 +40,13 @@ from .symbols import COUNTS, DERIVED
 __all__ = [
     "FUNCTIONS",
     "Formula",
+    "ParsedConstraint",
     "check_single_identifier",
     "check_size",
     "grammar_text",
     "known_names",
     "parse",
+    "parse_constraint",
     "substitute",
 ]
 
@@ -157,8 +159,27 @@ def check_size(expr: sympy.Expr, what: str = "formula") -> None:
 
 
 @dataclass(frozen=True)
+class ParsedConstraint:
+    """``lhs op rhs`` as written (``op`` is ``>=`` or ``<=``), sides over the counts.
+
+    ``text`` is the constraint's own source; ``line``/``column`` (1-based) point
+    at its first character, for errors found after parsing.
+    """
+
+    text: str
+    lhs: sympy.Expr
+    op: str
+    rhs: sympy.Expr
+    line: int = 1
+    column: int = 1
+
+
+@dataclass(frozen=True)
 class Formula:
-    """A parsed formula: ``expr`` over count symbols and parameter symbols."""
+    """A parsed formula: ``expr`` over count symbols and parameter symbols.
+
+    ``constraints`` holds the ``subject to`` clause, if the text has one.
+    """
 
     text: str
     expr: sympy.Expr
@@ -167,6 +188,7 @@ class Formula:
     bindings: dict[str, sympy.Expr] = field(default_factory=dict)
     #: The named metrics the formula is or uses (their parameters' ranges apply).
     metrics: tuple[str, ...] = ()
+    constraints: tuple[ParsedConstraint, ...] = ()
 
 
 def grammar_text() -> str:
@@ -316,8 +338,37 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
     def binding(self, c: list[Any]) -> tuple[Token, sympy.Expr]:
         return (c[0], c[1])
 
+    def constraint(self, c: list[Any]) -> _RawConstraint:
+        lhs, op, rhs = c
+        if op not in ("<=", ">="):
+            fix = {"==": "an equality is two constraints: write `a >= b, a <= b`",
+                   "!=": "write the side you want: `a >= b` or `a <= b`",
+                   "=>": "did you mean '>='?", "=<": "did you mean '<='?",
+                   ">": "write '>=': on relaxed counts a strict bound is the same bound",
+                   "<": "write '<=': on relaxed counts a strict bound is the same bound"}[op]
+            raise self.where.error(f"'{op}' is not a constraint; constraints use >= or <=: {fix}",
+                                   op)
+        return _RawConstraint(lhs, op, rhs)
+
+    def constraints(self, c: list[_RawConstraint]) -> _ConstraintClause:
+        return _ConstraintClause(c)
+
+    def single_constraint(self, c: list[_RawConstraint]) -> _RawConstraint:
+        return c[0]
+
     def start(self, c: list[Any]) -> list[Any]:
         return c
+
+
+class _RawConstraint(tuple):  # type: ignore[type-arg]
+    """``(lhs, op token, rhs)`` as the transformer builds it, names not yet resolved."""
+
+    def __new__(cls, lhs: sympy.Expr, op: Token, rhs: sympy.Expr) -> _RawConstraint:
+        return super().__new__(cls, (lhs, op, rhs))
+
+
+class _ConstraintClause(list):  # type: ignore[type-arg]
+    """The constraints after ``subject to``."""
 
 
 class _ParenNewlines:
@@ -402,10 +453,10 @@ def _implicit_product_hint(text: str, tok: Token) -> str:
     return f" (multiplication needs '*': write {shown}*{right})"
 
 
-def _syntax_tree(text: str, pos: _Position) -> list[Any]:
+def _syntax_tree(text: str, pos: _Position, start: str = "start") -> Any:
     parser = _parser_for(pos)
     try:
-        return parser.parse(text)  # type: ignore[no-any-return]
+        return parser.parse(text, start=start)
     except lark.exceptions.VisitError as e:
         if isinstance(e.orig_exc, MetricError):
             raise e.orig_exc from None
@@ -422,6 +473,12 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
         ) from None
     except lark.exceptions.UnexpectedToken as e:
         tok = e.token
+        if (tok.type in ("$END", "_SEP") and _in_constraint(text, tok, start)
+                and (missing := _constraint_hint(text, tok, e.expected))):
+            line = tok.line if tok.type == "_SEP" and tok.line else len(text.splitlines() or [""])
+            column = (tok.column if tok.type == "_SEP" and tok.column
+                      else len((text.splitlines() or [""])[-1]) + 1)
+            raise MetricSyntaxError(missing, text, line or 1, column or 1) from None
         if tok.type == "$END":
             if not text.strip() or not re.sub(r"#[^\n]*", "", text).strip(" \t\n;"):
                 raise MetricSyntaxError("empty formula: write an expression such as TP/(TP+FP)",
@@ -441,7 +498,9 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
         if set(e.expected) <= {"_SEP", "$END"}:
             msg = (f"unexpected {_describe(tok)}: a formula is one expression, on its last line; "
                    "earlier lines must be bindings `name = expression`")
-        if tok.type == "EQUAL":
+        if tok.type == "EQUAL" and _in_constraint(text, tok, start):
+            msg = "'=' is not a constraint; constraints use >= or <=, as in `recall >= 0.9`"
+        elif tok.type == "EQUAL":
             msg += _keyword_hint(text, tok.start_pos or 0)
         elif tok.type in ("NAME", "LPAR"):
             msg += _implicit_product_hint(text, tok)
@@ -449,6 +508,26 @@ def _syntax_tree(text: str, pos: _Position) -> list[Any]:
     except lark.exceptions.UnexpectedInput as e:  # UnexpectedEOF and friends
         raise MetricSyntaxError("could not parse formula", text, getattr(e, "line", 1) or 1,
                                 getattr(e, "column", 1) or 1) from None
+
+
+def _in_constraint(text: str, tok: Token, start: str) -> bool:
+    """Whether ``tok`` stands in a constraint: LALR's expected sets mix contexts, so
+    ask the text (a ``subject to`` before it) or the start rule."""
+    end = len(text) if tok.type == "$END" or tok.start_pos is None else tok.start_pos
+    return start == "single_constraint" or re.search(r"\bsubject\s+to\b", text[:end]) is not None
+
+
+def _constraint_hint(text: str, tok: Token, expected: set[str]) -> str | None:
+    """A plain message for a constraint that stops short, or ``None``."""
+    end = len(text) if tok.type == "$END" or tok.start_pos is None else tok.start_pos
+    before = re.sub(r"#[^\n]*", "", text[:end])
+    if m := re.search(r"(>=|<=)\s*$", before):
+        return (f"the constraint has no bound after '{m.group(1)}': write a number or a "
+                "formula, as in `recall >= 0.9`")
+    if "COMPARE" in expected:
+        return ("a constraint compares two sides with >= or <=, as in `recall >= 0.9`; "
+                "this one has no comparison")
+    return None
 
 
 _LOCK = threading.Lock()
@@ -464,6 +543,7 @@ def _shared_parser() -> tuple[lark.Lark, ToSympy, _ParenNewlines]:
     parser = lark.Lark(
         grammar_text(),
         parser="lalr",
+        start=["start", "single_constraint"],
         transformer=transformer,
         postlex=postlex,
         maybe_placeholders=True,
@@ -500,6 +580,109 @@ def parse(text: str) -> Formula | MatrixFormula:
         ) from None
 
 
+def parse_constraint(text: str) -> ParsedConstraint:
+    """Parse one constraint ``lhs >= rhs`` (or ``<=``); names must be counts or metrics.
+
+    >>> c = parse_constraint("recall >= 0.9")
+    >>> c.lhs, c.op, c.rhs
+    (TP/(FN + TP), '>=', 9/10)
+    """
+    if not isinstance(text, str):
+        raise MetricError(f"a constraint must be a string such as 'recall >= 0.9', got "
+                          f"{type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise MetricError(f"constraint is {len(text)} characters long; the limit is {MAX_LENGTH}")
+    pos = _Position(text)
+    try:
+        with _LOCK:
+            raw = _syntax_tree(text, pos, start="single_constraint")
+        start = len(text) - len(text.lstrip())
+        return _resolve_constraint(raw, text, (start, len(text.rstrip())), {}, pos)
+    except RecursionError:
+        raise MetricError("constraint nests too deeply to analyse") from None
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _clause_spans(text: str, count: int) -> list[tuple[int, int]] | None:
+    """Where each of the ``count`` constraints after ``subject to`` starts and ends.
+
+    The transformer sees values, not positions, so the spans are found again in
+    the text: the clause is split at commas and ``and`` outside parentheses.
+    """
+    code = re.sub(r"#[^\n]*", lambda m: " " * len(m.group()), text)
+    found = list(re.finditer(r"\bsubject\s+to\b", code))
+    if not found:
+        return None
+    spans, depth, start, i = [], 0, found[-1].end(), found[-1].end()
+    while i < len(code):
+        ch = code[i]
+        depth += ch == "("
+        depth -= ch == ")"
+        sep = 1 if ch == "," else 3 if re.match(r"\band\b", code[i:]) and (
+            i == 0 or not (code[i - 1].isalnum() or code[i - 1] == "_")) else 0
+        if depth == 0 and sep:
+            spans.append((start, i))
+            start = i = i + sep
+            continue
+        i += 1
+    spans.append((start, len(code.rstrip(" \t\r\n;"))))
+    out = []
+    for a, b in spans:
+        a += len(code[a:b]) - len(code[a:b].lstrip())
+        b = a + len(code[a:b].rstrip())
+        out.append((a, b))
+    return out if len(out) == count else None
+
+
+def _resolve_constraint(raw: _RawConstraint, text: str, span: tuple[int, int],
+                        defined: dict[str, sympy.Expr], pos: _Position) -> ParsedConstraint:
+    """Resolve the names of one constraint; an unknown name is a positioned error."""
+    lhs, op, rhs = raw
+    sides = []
+    for side in (lhs, rhs):
+        subs: dict[sympy.Symbol, sympy.Expr] = {}
+        for sym in side.atoms(_Name):
+            name = sym.name
+            if name in defined:
+                subs[sym] = defined[name]
+            elif name in COUNTS:
+                subs[sym] = COUNTS[name]
+            elif name in DERIVED:
+                subs[sym] = DERIVED[name]
+            elif (metric := lookup(name)) is not None:
+                if metric.matrix:
+                    raise _error_at(text, span, name, f"'{name}' is a K x K metric; constraints "
+                                    "apply to 2 x 2 metrics for now")
+                inner = _library_formula(metric.name)
+                if inner.parameters and not set(inner.parameters) <= set(inner.defaults):
+                    missing = sorted(set(inner.parameters) - set(inner.defaults))
+                    raise _error_at(text, span, name, f"metric '{name}' has parameters "
+                                    f"{', '.join(missing)} with no default; write its formula "
+                                    "with numbers in the constraint")
+                subs[sym] = substitute(inner.expr, {sympy.Symbol(k): sympy.Rational(str(v))
+                                                    for k, v in inner.defaults.items()})
+            else:
+                known = known_names() + list(defined)
+                raise _error_at(text, span, name, f"unknown metric '{name}' in a constraint"
+                                f"{suggest(name, known)}; each side is a number, a count, a "
+                                "named metric (`metricc list`) or a formula over them")
+        expr = side.xreplace(subs) if subs else side
+        check_size(expr, "constraint")
+        sides.append(expr)
+    line, column = _line_column(text, span[0])
+    return ParsedConstraint(text[span[0]:span[1]], sides[0], str(op), sides[1], line, column)
+
+
+def _error_at(text: str, span: tuple[int, int], name: str, message: str) -> MetricSyntaxError:
+    m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text[span[0]:span[1]])
+    offset = span[0] + (m.start() if m else 0)
+    return MetricSyntaxError(message, text, *_line_column(text, offset))
+
+
 def _uses_matrix(parts: list[Any]) -> bool:
     *bindings, body = parts
     exprs = [body, *(e for _, e in bindings)]
@@ -514,8 +697,15 @@ def _uses_matrix(parts: list[Any]) -> bool:
 
 
 def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFormula:
+    clause: _ConstraintClause | None = None
+    if parts and isinstance(parts[-1], _ConstraintClause):
+        *parts, clause = parts
     *bindings, body = parts
     if _uses_matrix(parts):
+        if clause:
+            raise MetricSyntaxError("constraints apply to 2 x 2 metrics for now; a K x K "
+                                    "formula cannot take a 'subject to' clause", text,
+                                    *_line_column(text, text.rfind("subject")))
         return resolve_matrix(text, bindings, body, pos, FUNCTIONS, _library_matrix)
     defined: dict[str, sympy.Expr] = {}
     later = {str(tok): tok for tok, _ in bindings}
@@ -569,6 +759,11 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFor
     check_size(result)
     unused = set(params) & set(defined)
     params -= unused
+    constraints: tuple[ParsedConstraint, ...] = ()
+    if clause:
+        spans = _clause_spans(text, len(clause)) or [(0, len(text))] * len(clause)
+        constraints = tuple(_resolve_constraint(raw, text, span, defined, pos)
+                            for raw, span in zip(clause, spans, strict=True))
     return Formula(
         text=text,
         expr=result,
@@ -576,6 +771,7 @@ def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFor
         defaults=defaults,
         bindings=dict(defined),
         metrics=tuple(metrics),
+        constraints=constraints,
     )
 
 

@@ -43,6 +43,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.distributed",
         "metricc.runtime.modes",
         "metricc.runtime.loss",
+        "metricc.runtime.constrained",
         "metricc.runtime.matrix",
     ))
 _LITERALS = (bool, int, float, str, type(None))
@@ -258,6 +259,10 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
     >>> "class F1Loss(MetricLoss):" in src and "amplifier: float = 50.0," in src
     True
     """
+    if getattr(metric, "constraints", ()):
+        # The file would hold the objective alone and silently drop the constraints.
+        raise MetricError("standalone files do not carry constraints yet; use "
+                          "metricc.compile(...).loss() in Python, or compile the objective alone")
     name = class_name or default_class_name(metric)
     runtime, tree = runtime_source()
     reserved = _top_level_names(tree) | set(KERNEL_NAMES) | {"torch", "annotations"}

@@ -18,6 +18,7 @@ sums, and the metric is evaluated on all of them in one vectorised call.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -132,7 +133,8 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
 
 
 def best_threshold(metric: Metric, scores: Any, target: Any, *,
-                   zero_division: float | None = None) -> ThresholdChoice:
+                   zero_division: float | None = None,
+                   constraints: Sequence[str] | None = None) -> ThresholdChoice:
     """The threshold ``t`` that optimises ``metric`` for ``scores >= t`` against ``target``.
 
     Maximises the metric (minimises it when ``metric.higher_is_better`` is
@@ -151,9 +153,18 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     Binary only: ``scores`` are probabilities or logits (any shape, same as
     ``target``), ``target`` holds 0 and 1.
 
+    Constraints (``["recall >= 0.9"]``, and those of a metric compiled with
+    constraints) restrict the candidates to thresholds whose hard predictions
+    meet every one (an undefined value, such as precision with no positive
+    prediction, does not). When no threshold meets them all, a
+    :class:`MetricError` says how far each got. See ``docs/constraints.md``.
+
     >>> import metricc
     >>> metricc.compile("fpr").best_threshold([0.2, 0.7, 0.9], [0, 1, 0])
     ThresholdChoice(threshold=0.9000000000000001, value=0.0)
+    >>> metricc.compile("precision").best_threshold([0.9, 0.8, 0.7, 0.6, 0.2], [1, 1, 0, 1, 0],
+    ...                                             constraints=["recall >= 0.75"])
+    ThresholdChoice(threshold=0.6, value=0.75)
     """
     if zero_division is not None and (isinstance(zero_division, bool)
                                       or not isinstance(zero_division, (int, float))):
@@ -165,8 +176,9 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
                           zero_division=float("nan")).numpy()
     if zero_division is not None:
         values = np.where(np.isnan(values), float(zero_division), values)
-    defined = np.flatnonzero(~np.isnan(values))
-    if defined.size == 0:
+    feasible = _feasible(metric, constraints, c)
+    defined = np.flatnonzero(~np.isnan(values) & feasible)
+    if defined.size == 0 and feasible.any():
         raise MetricError(
             f"the metric {metric.name or metric.text.strip()!r} is undefined at every threshold "
             "on these scores (e.g. recall with no positive target); pass zero_division=<value>")
@@ -176,3 +188,33 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     # Candidates run from the highest threshold down: the last tied one is the lowest.
     i = defined[np.flatnonzero(np.abs(v - best) <= tol)[-1]]
     return ThresholdChoice(float(c.thresholds[i]), float(values[i]))
+
+
+def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts) -> np.ndarray:
+    """Which candidate thresholds meet the metric's constraints and ``extra`` (all when none).
+
+    Raises :class:`MetricError` when none does.
+    """
+    own = tuple(getattr(metric, "constraints", ()))
+    if extra is not None:
+        own += tuple(metric.parse_constraints(extra))
+    ok = np.ones(c.thresholds.shape, dtype=bool)
+    if not own:
+        return ok
+    import torch
+
+    counts = [torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)]
+    reached = []
+    for con in own:
+        h = con.metric.value(*counts, zero_division=float("nan")).numpy()
+        # a relative tolerance: 0.9 computed as 9/10 of counts may round below 0.9
+        with np.errstate(invalid="ignore"):
+            ok &= con.sense * (h - con.bound) >= -1e-12 * max(1.0, abs(con.bound))
+        finite = h[np.isfinite(h)]
+        best = (finite.max() if con.sense > 0 else finite.min()) if finite.size else float("nan")
+        reached.append(f"{con.text}: {'highest' if con.sense > 0 else 'lowest'} "
+                       f"{best:.4g}")
+    if not ok.any():
+        raise MetricError("no threshold meets every constraint on these data ("
+                          + "; ".join(reached) + "); relax a bound, or use more validation data")
+    return ok

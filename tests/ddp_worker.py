@@ -47,6 +47,14 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "multiclass_dice_micro_symbolic": ("multiclass", "dice", {
         "mode": "multiclass", "from_logits": True, "average": "micro", "relaxation": "linear",
         "sync_dist": True}),
+    # Constraints: step 1's loss depends on the multipliers that step 0 moved, so it
+    # matches only if every rank took the same (global) multiplier step.
+    "binary_constrained_symbolic": ("binary", "precision subject to recall >= 0.9, fpr <= 0.2", {
+        "relaxation": "anyloss", "amplifier": 10.0, "from_logits": True, "sync_dist": True,
+        "memory_decay": 0.5, "multiplier_lr": 5.0}),
+    "binary_constrained_autograd": ("binary", "precision subject to recall >= 0.9", {
+        "relaxation": "sigmoid", "from_logits": True, "backward": "autograd", "sync_dist": True,
+        "multiplier_lr": 5.0, "multiplier_rates": "relaxed", "penalty": 2.0}),
     "rows_dice_symbolic": ("rows", "dice", {"relaxation": "linear", "sync_dist": True}),
     # K x K metrics: one soft matrix of the global batch (world 3's last shard has no
     # sample of the last class).

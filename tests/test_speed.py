@@ -182,6 +182,7 @@ def test_import_metricc_does_not_import_torch() -> None:
     ["bench_compile.py", "--quick"],
     ["gpu_check.py", "--quick"],  # no CUDA here: says so, exits 0
     ["gpu_check.py", "--quick", "--device", "cpu", "--no-compile"],  # the code path itself
+    ["bench_peers.py", "--quick", "--no-compile"],
 ])
 def test_benchmark_scripts_run(script: list[str]) -> None:
     """Smoke runs at tiny sizes: the scripts work and print their tables."""
@@ -189,7 +190,7 @@ def test_benchmark_scripts_run(script: list[str]) -> None:
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     expected = {"bench_loss.py": "forward+backward", "bench_compile.py": "cold compile",
-                "gpu_check.py": "CUDA"}[script[0]]
+                "gpu_check.py": "CUDA", "bench_peers.py": "forward+backward"}[script[0]]
     if "--device" in script:
         expected = "all checks passed"
     assert expected in out.stdout, out.stdout

@@ -7,6 +7,7 @@
 ``distributed``      counts summed over ranks and remembered over batches
 ``modes``            per-mode validate/format stages and the averages
 ``loss``             ``MetricLoss`` and its autograd Function
+``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
 ``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix
 ===================  ==========================================================
 
@@ -32,6 +33,7 @@ _EXPORTS = {
     "ClassRows": "modes", "average_rows": "modes", "class_average_weights": "modes",
     "class_rows": "modes", "reduce_samples": "modes", "validate_inputs": "modes",
     "MetricLoss": "loss",
+    "ConstrainedLoss": "constrained", "ConstraintSpec": "constrained",
     "MatrixLoss": "matrix", "soft_matrix": "matrix",
 }
 

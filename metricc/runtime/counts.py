@@ -31,7 +31,13 @@ def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor,
 
 def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``."""
+    """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``.
+
+    ``y`` may also be ``(N, 1, M)`` integer class indices for ``(N, C, M)`` rows (see
+    :func:`_index_counts`).
+    """
+    if not y.is_floating_point():
+        return _index_counts(a, y)
     acc = _sum_dtype(a)
     dims = (0, 2) if a.dim() == 3 else -1
     if w is not None:
@@ -49,6 +55,31 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
     fp = pp - tp
     fn = pos - tp
     tn = total - pos - fp
+    return tp, fp, fn, tn
+
+
+def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`soft_counts` of ``(N, C, M)`` rows against class indices ``y`` (``(N, 1, M)``).
+
+    The one-hot labels are never built: ``TP`` of class ``c`` sums ``a`` at the
+    elements labelled ``c`` (one gather and a float64 ``bincount`` over ``N M``
+    elements instead of a product and a sum over ``N C M``), and the support is a
+    ``bincount`` of the labels. ``TP`` is summed in float64 and ``sum(a)`` pairwise in
+    float32, so ``FP = sum(a) - TP`` can come out a rounding error below 0 where it is
+    0: ``FP`` and ``TN`` are clamped at 0.
+
+    >>> a = torch.tensor([[[0.5, 0.25], [0.5, 0.75]]])  # (N, C, M) = (1, 2, 2)
+    >>> [c.tolist() for c in _index_counts(a, torch.tensor([[[0, 1]]]))]
+    [[0.5, 0.75], [0.25, 0.5], [0.5, 0.25], [0.75, 0.5]]
+    """
+    c = a.shape[1]
+    flat = y.reshape(-1)
+    pp = a.sum((0, 2), dtype=_sum_dtype(a)).to(torch.float64)
+    tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64), minlength=c)
+    pos = torch.bincount(flat, minlength=c).to(torch.float64)
+    fp = (pp - tp).clamp_min(0)
+    fn = pos - tp
+    tn = (float(flat.numel()) - pos - fp).clamp_min(0)
     return tp, fp, fn, tn
 
 

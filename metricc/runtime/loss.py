@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import _HALF_MAX, _counts, _rows, _sum_dtype, _to_input_dtype, _wide, soft_counts
+from .counts import _HALF_MAX, _counts, _rows, _to_input_dtype, _wide, soft_counts
 from .distributed import CountPool, count_pool
-from .modes import average_rows, class_rows, reduce_samples, validate_inputs
+from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
 from .options import check_class_options, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
 
@@ -29,35 +29,42 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         @staticmethod
         def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
                     amplifier: float, slope: float, offset: float, from_logits: bool,
-                    eps: float, pool: CountPool | None = None) -> Tensor:
+                    eps: float, pool: CountPool | None = None) -> tuple[Tensor, Tensor]:
             # Half and bfloat16 work in float32 (see backward); the gradient returns
             # in the input's dtype.
             in_dtype = s.dtype
             work = _wide(in_dtype)
             if work != in_dtype:
-                s, y = s.to(work), y.to(work)
+                s = s.to(work)
+                y = y.to(work) if y.is_floating_point() else y  # class indices stay
                 w = None if w is None else w.to(work)
             # dA/ds is computed here, alongside A(s), and saved: the backward is then
             # one fused multiply (two passes in eager torch) with nothing recomputed.
             a, d, k = _relax_pair(s, relaxation, amplifier, slope, offset, from_logits)
             counts = _counts(a, y, w, overwrite=a is not s)
+            support = counts[0] + counts[2]  # this batch's TP + FN: for the averages
+            ctx.mark_non_differentiable(support)
             if pool is not None:
                 # Global (and remembered) counts: g1, g0 below are then the global partials.
                 counts = pool(counts)
             value, g1, g0 = (_rows(x, counts[0])
                              for x in cls.metric_and_coefficients(*counts, eps))
-            ctx.save_for_backward(y, w, d, g1, g0)
+            # The per-row coefficients, scaled and in the working dtype here, so that the
+            # backward's elementwise pass (which torch.compile fuses with them) does two
+            # float multiplies per row instead of a chain in float64.
+            coef = torch.stack((g1, g0)).to(work) * (sign * k)
+            ctx.save_for_backward(y, w, d, coef)
             ctx.in_dtype = in_dtype
             ctx.pool = pool
-            ctx.scale = sign * k
             loss = 1 - value if cls.higher_is_better else value
             # Half inputs get a float32 loss, as autocast gives torch's own losses:
             # unbounded metrics (odds ratios) pass 65504 at their singular set.
-            return loss.to(_wide(s.dtype))
+            return loss.to(_wide(s.dtype)), support
 
         @staticmethod
-        def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-            y, w, d, g1, g0 = ctx.saved_tensors
+        def backward(ctx: Any, grad: Tensor, _support_grad: Tensor | None = None
+                     ) -> tuple[Tensor | None, ...]:
+            y, w, d, coef = ctx.saved_tensors
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
@@ -65,10 +72,13 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             # one elementwise pass, with no autograd graph through the sums. It runs in
             # the forward's working dtype (float32 at least): in half, a coefficient of
             # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
-            scale = grad.to(g1.dtype) * ctx.scale
-            c1 = (scale * g1).to(y.dtype).unsqueeze(-1)
-            c0 = (scale * g0).to(y.dtype).unsqueeze(-1)
-            grad_s = torch.addcmul(c0, y, c1 - c0)
+            c1, c0 = (grad.to(coef.dtype) * coef).unsqueeze(-1).unbind()
+            if y.is_floating_point():
+                grad_s = torch.addcmul(c0, y, c1 - c0)
+            else:  # class indices: c0 everywhere, c1 at each element's own class
+                n, m = y.shape[0], y.shape[-1]
+                grad_s = c0.expand(n, -1, m).contiguous()
+                grad_s.scatter_(1, y, c1.reshape(-1)[y])
             if w is not None:
                 grad_s = grad_s.mul_(w)
             if d is not None:
@@ -234,6 +244,12 @@ class MetricLoss(torch.nn.Module):
         ``from_logits`` overrides the module's setting (multiclass rows hold
         softmax probabilities even when the input held logits).
         """
+        return self._losses_and_support(s, y, w, from_logits)[0]
+
+    def _losses_and_support(self, s: Tensor, y: Tensor, w: Tensor | None,
+                            from_logits: bool | None) -> tuple[Tensor, Tensor]:
+        """:meth:`row_losses` and each row's support ``sum(w y)`` (``TP + FN`` of this
+        batch, before any pooling; float64, detached), which the averages need."""
         args = self._relax_args(from_logits)
         if self.backward_mode == "symbolic":
             return self._function.apply(s, y, w, *args, self.eps, self.pool)
@@ -244,11 +260,12 @@ class MetricLoss(torch.nn.Module):
             sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
         a = relax(sw, *args, sigmoid=stable_sigmoid)
         counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
+        support = (counts[0] + counts[2]).detach()
         if self.pool is not None:
             counts = self.pool(counts, differentiable=True)
         value = _rows(self.metric_value(*counts, self.eps), counts[0])
         loss = 1 - value if self.higher_is_better else value
-        return loss.to(work)
+        return loss.to(work), support
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index,
@@ -258,6 +275,11 @@ class MetricLoss(torch.nn.Module):
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
         # Micro over the whole batch is one row, its own average: presence is not needed.
         single = average == "micro" and not samplewise
+        eager = not torch.compiler.is_compiling()
+        # The eager shortcuts below branch on data (a host sync each) and use bincount
+        # (which syncs on CUDA): on the CPU they are free; on a GPU, where kernel launches
+        # and syncs dominate at these sizes, the branch-free forms are faster.
+        host = eager and input.device.type == "cpu"
         relax = RELAXATIONS[self.relaxation]
         step = None
         if relax.class_wise:
@@ -265,7 +287,11 @@ class MetricLoss(torch.nn.Module):
                 return relax.classes(x, self.temperature, self.from_logits,
                                      autograd=self.backward_mode == "autograd")
         r = class_rows(input, target, self.mode, self.from_logits, self.ignore_index,
-                       self.classes, self.class_weights, need_hard=not single, class_step=step)
+                       self.classes, self.class_weights, need_hard=False,
+                       labels_checked=self.validate_args and eager,
+                       index_labels=(host and self.backward_mode == "symbolic"
+                                     and not samplewise and average != "micro"),
+                       class_step=step)
         n, k, m = r.s.shape
         w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
         if average == "micro" and r.weights is not None:
@@ -282,18 +308,26 @@ class MetricLoss(torch.nn.Module):
 
         yr = rows(r.y)
         wr = None if w is None else rows(w)
-        losses = self.row_losses(rows(r.s), yr, wr, from_logits=r.from_logits)
+        losses, support = self._losses_and_support(rows(r.s), yr, wr, r.from_logits)
         if single:
             return losses[0]
-        f64 = torch.float64
-        yw = (yr if wr is None else yr * wr).detach()
-        pooled = yw.dim() == 3
-        support = yw.sum((0, 2) if pooled else -1, dtype=_sum_dtype(yw)).to(f64)
-        assert r.hard is not None
-        hard = rows(r.hard)
-        if wr is not None:  # ignored (or zero-weight) elements predict nothing either
-            hard = hard & (wr > 0)
-        present = (support > 0) | (hard.any(-1).any(0) if pooled else hard.any(-1))
+        # Each row's support, per (sample, class): rows are classes (pooled over the
+        # batch), (sample, class) pairs, or samples (micro).
+        if not samplewise:
+            support_nk = support.view(1, k).expand(n, k)
+        elif average == "micro":
+            support_nk = support.view(n, 1).expand(n, k)
+        else:
+            support_nk = support.view(n, k)
+        # A row's hard predictions matter only where it has no support; on the CPU in
+        # eager mode, where a data-dependent branch is free, only those are computed.
+        need = (support_nk == 0) if host else None
+        hit = predicted(r, need, element_weights=w if average == "micro" else r.mask)
+        if not samplewise:
+            hit = hit.any(0)
+        elif average == "micro":
+            hit = hit.any(1)
+        present = (support > 0) | hit.reshape(-1)
         if self.pool is not None:
             support = self.pool.across_ranks(support)
             present = self.pool.across_ranks(present) > 0

@@ -25,10 +25,17 @@ class ClassRows(NamedTuple):
     """Scores, labels and masks of a batch laid out as ``(N, K, M)``.
 
     ``K`` is the number of selected classes (1 in binary mode), ``M`` the
-    number of elements per sample and class. ``mask`` (``(N, 1 or K, M)``,
-    ``None`` without ``ignore_index``) is False where the target is ignored;
-    ``hard`` is the 0/1 prediction (threshold or argmax) that decides which
-    classes are present; ``weights`` holds the selected ``class_weights``.
+    number of elements per sample and class. ``y`` holds the labels, or, for
+    multiclass class-index targets when the caller allows it, the indices
+    themselves as ``(N, 1, M)`` int64 (see ``counts._index_counts``). ``mask``
+    (``(N, 1 or K, M)``, ``None`` without ``ignore_index``) is False where the
+    target is ignored; ``weights`` holds the selected ``class_weights``. The
+    hard prediction that decides which classes are present (:func:`predicted`)
+    is taken from ``scores`` (detached): ``scores >= threshold`` for binary and
+    multilabel (``(N, K, M)``), the argmax over dim 1 of ``(N, C, M)`` (all ``C``
+    classes, of which ``chosen`` are selected; ``None``: all) for multiclass.
+    ``hard`` is that 0/1 prediction itself, ``(N, K, M)``, when asked for
+    (``need_hard``: the hard-label score uses it; the loss needs only presence).
     """
 
     s: Tensor
@@ -37,6 +44,9 @@ class ClassRows(NamedTuple):
     hard: Tensor | None
     from_logits: bool
     weights: Tensor | None
+    scores: Tensor
+    threshold: float | None
+    chosen: list[int] | None
 
 
 def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
@@ -121,14 +131,21 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                ignore_index: int | None, classes: tuple[int, ...] | None,
                class_weights: tuple[float, ...] | None, need_hard: bool = True,
-               threshold: float = 0.5,
+               threshold: float = 0.5, labels_checked: bool = False,
+               index_labels: bool = False,
                class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
 
     ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits
     ``>= 0``, or the argmax in multiclass mode) is ``None`` unless ``need_hard``.
     The loss and the hard-label score (``metricc.score``) both lay out their
-    batches here. Raises :class:`MetricError` when the target's shape (or
+    batches here.
+
+    ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),
+    so a one-hot ``scatter`` may build the labels. With ``index_labels`` as well
+    (the loss asks for it on the CPU only), multiclass class-index targets (all
+    classes, no ``ignore_index``) come back as ``y`` of shape ``(N, 1, M)``, int64.
+    Raises :class:`MetricError` when the target's shape (or
     dtype, for class indices) does not fit the mode. Only shapes are checked,
     so this stays traceable by ``torch.compile``; label values are not inspected.
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
@@ -148,12 +165,19 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if mode == "multilabel":
         r = _multilabel_format(input, target, from_logits, ignore_index, need_hard, threshold)
     else:
-        r = _multiclass_format(input, target, from_logits, ignore_index, need_hard, class_step)
+        allow = labels_checked and index_labels and chosen is None
+        r = _multiclass_format(input, target, from_logits, ignore_index, need_hard,
+                               labels_checked, allow, class_step)
 
     def pick(t: Tensor | None) -> Tensor | None:
         return t if t is None or idx is None or t.shape[1] == 1 else t.index_select(1, idx)
 
-    return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t)
+    if mode == "multilabel":  # thresholded per class: the selected classes' scores
+        return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t,
+                         pick(r.scores), r.threshold, None)
+    # argmax over every class: all C scores, and which of them are selected
+    return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t,
+                     r.scores, None, chosen)
 
 
 #: Below this many elements a batch of logits may well all lie in [0, 1] by chance.
@@ -197,7 +221,7 @@ def _binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("i
 
 
 def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
-                   ignore_index: int | None, need_hard: bool, threshold: float = 0.5
+                   ignore_index: int | None, need_hard: bool = True, threshold: float = 0.5
                    ) -> ClassRows:
     """``(N, 1, M)`` rows of one class; ``mask`` is False where the target is ignored."""
     dtype = input.dtype
@@ -206,12 +230,13 @@ def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
     t = target.reshape(n, 1, -1)
     mask = None if ignore_index is None else t != ignore_index
     y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-    hard = s >= (0.0 if from_logits else threshold) if need_hard else None
-    return ClassRows(s, y, mask, hard, from_logits, None)
+    cut = 0.0 if from_logits else threshold
+    hard = s >= cut if need_hard else None
+    return ClassRows(s, y, mask, hard, from_logits, None, s.detach(), cut, None)
 
 
 def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
-                       ignore_index: int | None, need_hard: bool, threshold: float = 0.5
+                       ignore_index: int | None, need_hard: bool = True, threshold: float = 0.5
                        ) -> ClassRows:
     """``(N, C, M)`` rows, one independent 0/1 label per class and element."""
     err = MetricError
@@ -224,12 +249,14 @@ def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
     t = target.reshape(n, c, -1)
     mask = None if ignore_index is None else t != ignore_index
     y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
-    hard = s >= (0.0 if from_logits else threshold) if need_hard else None
-    return ClassRows(s, y, mask, hard, from_logits, None)
+    cut = 0.0 if from_logits else threshold
+    hard = s >= cut if need_hard else None
+    return ClassRows(s, y, mask, hard, from_logits, None, s.detach(), cut, None)
 
 
 def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
-                       ignore_index: int | None, need_hard: bool,
+                       ignore_index: int | None, need_hard: bool = True,
+                       labels_checked: bool = False, index_labels: bool = False,
                        class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
 
@@ -251,9 +278,11 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
         p = torch.softmax(input, dim=1) if from_logits else input
     s = p.reshape(n, c, -1)
     labels = torch.arange(c, device=input.device).view(1, c, 1)
-    # argmax of the logits is the argmax of the softmax; max(1).indices is that argmax
-    # (first maximum on ties, too) but several times faster on CPU than argmax(1).
-    hard = input.detach().max(1).indices.reshape(n, 1, -1) == labels if need_hard else None
+    # argmax of the logits is the argmax of the softmax: presence is decided on the input
+    scores = input.detach().reshape(n, c, -1)
+    # max(1).indices is that argmax (first maximum on ties, too) but several times faster
+    # on CPU than argmax(1); the loss does without it (see predicted)
+    hard = scores.max(1).indices.unsqueeze(1) == labels if need_hard else None
     if target.shape == input.shape:
         if ignore_index is not None:
             raise err("ignore_index applies to class-index targets of shape (N, *); with "
@@ -267,13 +296,75 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                       f"tensor, got {target.dtype}; use target.long(), or pass one-hot "
                       f"targets of shape {tuple(input.shape)}")
         t = target.reshape(n, 1, -1)
-        y = (t == labels).to(dtype)
+        if ignore_index is None and index_labels:
+            return ClassRows(s, t.long(), None, hard, False, None, scores, None, None)
+        if labels_checked and ignore_index is None and not torch.compiler.is_compiling():
+            # one pass instead of a comparison and a conversion (which Inductor fuses)
+            y = torch.zeros_like(s).scatter_(1, t if t.dtype == torch.int64 else t.long(), 1.0)
+        else:
+            y = (t == labels).to(dtype)
         mask = None if ignore_index is None else t != ignore_index
     else:
         raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
                   f"indices) or {tuple(input.shape)} (one-hot or soft), got "
                   f"{tuple(target.shape)}")
-    return ClassRows(s, y, mask, hard, False, None)
+    return ClassRows(s, y, mask, hard, False, None, scores, None, None)
+
+
+def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None) -> Tensor:
+    """``(N, K)`` bool: class ``k`` is the hard prediction of a counted element of sample ``n``.
+
+    Counted elements are those with a positive ``element_weights`` (``(N, 1 or K, M)``,
+    or ``None`` for all). Exact where ``need`` (``(N, K)`` bool) is true; elsewhere
+    exact or False. ``need=None`` (under ``torch.compile``, and on CUDA) computes
+    every entry without data-dependent branches.
+
+    Multiclass presence is the costly part: ``max(1).indices`` on CPU is ~40x slower
+    than ``amax(1)``. Given ``need``, only the classes that need it are looked at, one
+    by one: class ``j`` is the first maximum at an element iff it equals the maximum
+    there and every class before it is below it (a running prefix ``amax``), which is
+    the argmax rule (first maximum on ties) without an argmax.
+    """
+    n, k = r.s.shape[:2]
+    ew = None if element_weights is None else element_weights.detach() > 0
+    if need is not None and not bool(need.any()):
+        return torch.zeros((n, k), dtype=torch.bool, device=r.s.device)
+    x = r.scores
+    if r.threshold is not None:
+        if ew is None:
+            return x.amax(-1) >= r.threshold
+        return ((x >= r.threshold) & ew).any(-1)
+    c = x.shape[1]
+    cols = list(range(c)) if r.chosen is None else r.chosen
+    if need is None:
+        # One pass marks each element's argmax (first maximum, as documented) in an
+        # (N, C + 1) table; elements that are not counted go to the extra column.
+        idx = x.max(1).indices  # (N, M)
+        if r.mask is not None:
+            idx = torch.where(r.mask[:, 0], idx, c)
+        table = torch.zeros((n, c + 1), dtype=x.dtype, device=x.device).scatter_(1, idx, 1.0)
+        hit = table[:, cols] > 0
+        # zero class weights (micro) count nothing; a hit implies an unmasked element
+        return hit if ew is None else hit & ew.any(-1)
+    if ew is not None and ew.shape[1] == 1:
+        ew = ew.expand(n, k, -1)
+    wanted = need.any(0).nonzero().flatten().tolist()
+    out = torch.zeros((n, k), dtype=torch.bool, device=x.device)
+    mx = x.amax(1)
+    prefix, done = None, 0  # prefix = max of classes [0, done)
+    for col in sorted(wanted, key=lambda i: cols[i]):
+        j = cols[col]
+        if j > done:
+            part = x[:, done:j].amax(1)
+            prefix = part if prefix is None else torch.maximum(prefix, part)
+            done = j
+        hit = x[:, j] == mx
+        if prefix is not None:
+            hit &= prefix < mx
+        if ew is not None:
+            hit &= ew[:, col]
+        out[:, col] = hit.any(-1)
+    return out
 
 
 def _first_positive(candidates: list[Tensor], dim: int) -> Tensor:

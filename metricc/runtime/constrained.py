@@ -1,0 +1,314 @@
+"""The constrained loss module: one metric optimised subject to bounds on others; torch only.
+
+``maximise g subject to h_k >= b_k`` (or ``<=``) is trained as the augmented
+Lagrangian (Powell-Hestenes-Rockafellar form) of the relaxed counts ``C``::
+
+    L(C, lam) = (1 - g(C)) + sum_k psi(v_k(C), lam_k)
+    v_k = b_k - h_k(C)   for >=,   h_k(C) - b_k   for <=   (v_k > 0: violated)
+    psi(v, lam) = lam v + rho/2 v^2    if lam + rho v >= 0
+                  -lam^2 / (2 rho)     otherwise            (psi = lam v when rho = 0)
+
+The optimiser minimises ``L`` over the model; the module itself takes one step
+of projected gradient ascent on the multipliers after each training forward,
+``lam_k <- clip(lam_k + eta v_k, 0, max_multiplier)``, with ``v_k`` from the hard
+(thresholded) counts by default: the proxy-Lagrangian of Cotter et al., whose
+constraint is the one the model is judged by. ``docs/constraints.md`` says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..errors import MetricError
+from .counts import _counts, _rows, _to_input_dtype, _wide, soft_counts
+from .distributed import CountPool
+from .loss import MetricLoss
+from .modes import class_rows, validate_inputs
+from .options import look_up_option
+from .relax import _relax_pair, relax, stable_sigmoid
+
+MULTIPLIER_RATES = ("hard", "relaxed")
+
+
+class ConstraintSpec(NamedTuple):
+    """One constraint for :class:`ConstrainedLoss`: ``kernels``' metric ``op`` ``bound``.
+
+    ``kernels`` is a compiled ``MetricLoss`` subclass (only its two generated
+    kernels are used); ``op`` is ``">="`` or ``"<="``; ``label`` names it in logs.
+    """
+
+    label: str
+    kernels: type[MetricLoss]
+    op: str
+    bound: float
+
+
+class _Terms(NamedTuple):
+    """Everything the forward needs besides the tensors (one object, so apply() stays short)."""
+
+    objective: type[MetricLoss]
+    constraints: tuple[ConstraintSpec, ...]
+    penalty: float
+    relax_args: tuple[str, float, float, float, bool]
+    eps: float
+
+
+def _sense(op: str) -> float:
+    return 1.0 if op == ">=" else -1.0
+
+
+def _psi(v: Tensor, lam: Tensor, rho: float) -> tuple[Tensor, Tensor]:
+    """``(psi(v, lam), d psi / d v)`` of the augmented Lagrangian (see the module docstring)."""
+    if rho == 0:
+        return lam * v, lam
+    t = lam + rho * v
+    value = torch.where(t >= 0, lam * v + 0.5 * rho * v * v, -lam * lam / (2 * rho))
+    return value, t.clamp(min=0)
+
+
+def _lagrangian(terms: _Terms, counts: tuple[Tensor, ...], lam: Tensor, coefficients: bool
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """``(L, c1, c0)`` at pooled counts: the loss per row and (with ``coefficients``)
+    ``dL/da = y c1 + (1 - y) c0`` per row."""
+    obj, eps = terms.objective, terms.eps
+    sign = -1.0 if obj.higher_is_better else 1.0
+    if coefficients:
+        value, g1, g0 = (_rows(x, counts[0]) for x in obj.metric_and_coefficients(*counts, eps))
+        c1, c0 = sign * g1, sign * g0
+    else:
+        value = _rows(obj.metric_value(*counts, eps), counts[0])
+        c1 = c0 = None
+    loss = 1 - value if obj.higher_is_better else value
+    for j, spec in enumerate(terms.constraints):
+        sense = _sense(spec.op)
+        if coefficients:
+            h, h1, h0 = (_rows(x, counts[0])
+                         for x in spec.kernels.metric_and_coefficients(*counts, eps))
+        else:
+            h = _rows(spec.kernels.metric_value(*counts, eps), counts[0])
+        psi, dpsi = _psi(sense * (spec.bound - h), lam[:, j].to(h.dtype), terms.penalty)
+        loss = loss + psi
+        if coefficients:
+            # dv/dh = -sense, so d psi/d a = -sense * dpsi * dh/da.
+            c1 = c1 - sense * dpsi * h1
+            c0 = c0 - sense * dpsi * h0
+    return loss, c1, c0
+
+
+class _ConstrainedFunction(torch.autograd.Function):
+    """The Lagrangian with a backward from the metrics' symbolic partials, as
+    ``MetricLoss``'s own: one elementwise pass, the coefficients of the objective
+    and of every constraint summed into one pair per row."""
+
+    @staticmethod
+    def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, lam: Tensor, terms: _Terms,
+                pool: CountPool | None) -> tuple[Tensor, Tensor]:
+        in_dtype = s.dtype
+        work = _wide(in_dtype)
+        if work != in_dtype:
+            s, y = s.to(work), y.to(work)
+            w = None if w is None else w.to(work)
+        a, d, k = _relax_pair(s, *terms.relax_args)
+        counts = _counts(a, y, w, overwrite=a is not s)
+        if pool is not None:
+            counts = pool(counts)
+        loss, c1, c0 = _lagrangian(terms, counts, lam, coefficients=True)
+        ctx.save_for_backward(y, w, d, c1, c0)
+        ctx.in_dtype = in_dtype
+        ctx.pool = pool
+        ctx.scale = k
+        pooled = torch.stack(counts, -1)
+        ctx.mark_non_differentiable(pooled)
+        return loss.to(work), pooled
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _counts_grad: Tensor) -> tuple[Tensor | None, ...]:
+        y, w, d, c1, c0 = ctx.saved_tensors
+        if ctx.pool is not None:
+            grad = ctx.pool.sum_grad(grad)
+        scale = grad.to(c1.dtype) * ctx.scale
+        a1 = (scale * c1).to(y.dtype).unsqueeze(-1)
+        a0 = (scale * c0).to(y.dtype).unsqueeze(-1)
+        grad_s = torch.addcmul(a0, y, a1 - a0)
+        if w is not None:
+            grad_s = grad_s.mul_(w)
+        if d is not None:
+            grad_s = grad_s.mul_(d)
+        return _to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None
+
+
+class ConstrainedLoss(torch.nn.Module):
+    """The Lagrangian of ``objective`` subject to ``constraints``, with its own multipliers.
+
+    ``forward(input, target)`` takes what the objective's loss takes (binary
+    mode, one confusion matrix per batch) and returns ``(1 - g) + sum_k psi_k``
+    (``g`` itself when lower is better). After each forward in training mode
+    with gradients enabled (a training step; not under ``no_grad``,
+    ``inference_mode`` or ``eval()``), each multiplier takes one projected
+    ascent step ``lam_k <- clip(lam_k + multiplier_lr * v_k, 0, max_multiplier)``.
+    ``v_k`` is the violation at the hard predictions (``multiplier_rates="hard"``:
+    probability >= 0.5, the decision threshold the model is meant for) or at
+    the relaxed counts (``"relaxed"``); a constraint undefined on the batch
+    (recall without positives) leaves its multiplier unchanged.
+
+    The counts behind ``g`` and every ``h_k`` are the same, pooled once by the
+    objective's ``sync_dist``/``memory_decay``; the hard counts are pooled the
+    same way, so every rank takes the same multiplier step.
+    ``multipliers`` and ``constraint_values`` (the last values seen, the ones
+    the step used) are buffers; ``multipliers`` is in ``state_dict``.
+    :meth:`log_dict` gives both by constraint label, for a logger.
+    """
+
+    multipliers: Tensor
+    constraint_values: Tensor
+
+    def __init__(self, objective: MetricLoss, constraints: Sequence[ConstraintSpec], *,
+                 multiplier_lr: float = 0.05, penalty: float = 1.0,
+                 max_multiplier: float = 100.0, multiplier_rates: str = "hard") -> None:
+        super().__init__()
+        err = MetricError
+        if not constraints:
+            raise err("ConstrainedLoss needs at least one constraint")
+        if objective.mode != "binary" or objective.multidim_average != "global":
+            raise err("constraints apply to one confusion matrix per batch: they need "
+                      "mode='binary' and multidim_average='global' (got "
+                      f"mode={objective.mode!r}, multidim_average={objective.multidim_average!r})")
+        for name, value in (("multiplier_lr", multiplier_lr), ("penalty", penalty),
+                            ("max_multiplier", max_multiplier)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):
+                raise err(f"{name} must be a finite number >= 0, got {value!r}")
+        look_up_option("multiplier_rates", multiplier_rates, MULTIPLIER_RATES)
+        self.objective = objective
+        self.constraints = tuple(constraints)
+        self.labels = tuple(c.label for c in self.constraints)
+        self.multiplier_lr = float(multiplier_lr)
+        self.penalty = float(penalty)
+        self.max_multiplier = float(max_multiplier)
+        self.multiplier_rates = multiplier_rates
+        k = len(self.constraints)
+        self.register_buffer("multipliers", torch.zeros(k, dtype=torch.float64))
+        # The last values, for logging: not state worth a checkpoint.
+        self.register_buffer("constraint_values", torch.full((k,), math.nan, dtype=torch.float64),
+                             persistent=False)
+        pool = objective.pool
+        # Hard counts pooled like the relaxed ones: global under sync_dist, remembered
+        # under memory_decay, so the multiplier step sees the same data as the gradient.
+        self.hard_pool = None if pool is None else CountPool(
+            pool.sync_dist, pool.process_group, pool.memory_decay)
+
+    def extra_repr(self) -> str:
+        return (f"constraints={list(self.labels)}, multiplier_lr={self.multiplier_lr}, "
+                f"penalty={self.penalty}, max_multiplier={self.max_multiplier}, "
+                f"multiplier_rates={self.multiplier_rates!r}")
+
+    def reset_memory(self) -> None:
+        """Forget the counts of past batches (objective and constraints alike)."""
+        self.objective.reset_memory()
+        if self.hard_pool is not None:
+            self.hard_pool.reset()
+
+    def reset_multipliers(self) -> None:
+        """Set every multiplier back to 0 (one per constraint, as at construction)."""
+        self.multipliers = torch.zeros(len(self.constraints), dtype=torch.float64,
+                                       device=self.multipliers.device)
+        self.constraint_values = torch.full_like(self.multipliers, math.nan)
+
+    def log_dict(self) -> dict[str, float]:
+        """``{"<label>": value, "multiplier/<label>": lam}`` for the single-matrix case."""
+        if self.multipliers.dim() != 1:
+            raise MetricError("log_dict() reports one multiplier per constraint; "
+                                             "this loss holds one row per model (row_losses)")
+        out: dict[str, float] = {}
+        for label, h, lam in zip(self.labels, self.constraint_values.tolist(),
+                                 self.multipliers.tolist(), strict=True):
+            out[label] = h
+            out[f"multiplier/{label}"] = lam
+        return out
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        obj = self.objective
+        validate_inputs(input, target, "binary", obj.from_logits, obj.ignore_index,
+                        obj.validate_args)
+        r = class_rows(input, target, "binary", obj.from_logits, obj.ignore_index, None, None,
+                       need_hard=False)
+        w = None if r.mask is None else r.mask.to(r.s.dtype).reshape(1, -1)
+        return self.row_losses(r.s.reshape(1, -1), r.y.reshape(1, -1), w)[0]
+
+    def _lam(self, rows: int) -> Tensor:
+        """The multipliers as ``(rows, K)`` float64; a fresh module adopts ``rows``."""
+        lam = self.multipliers
+        k = len(self.constraints)
+        if lam.numel() != rows * k:
+            if bool((lam != 0).any()):
+                raise MetricError(
+                    f"the multipliers belong to {lam.numel() // k} confusion matrices but this "
+                    f"call has {rows}; call reset_multipliers() when the rows change")
+            shape = (k,) if rows == 1 else (rows, k)
+            self.multipliers = torch.zeros(shape, dtype=torch.float64, device=lam.device)
+            self.constraint_values = torch.full_like(self.multipliers, math.nan)
+        # a copy: the step below updates the buffer in place, the graph keeps this one
+        return self.multipliers.to(torch.float64).reshape(rows, k).clone()
+
+    def row_losses(self, s: Tensor, y: Tensor, w: Tensor | None = None) -> Tensor:
+        """The Lagrangian of each row of ``(R, M)`` scores against labels, shape ``(R,)``.
+
+        Each row is its own confusion matrix with its own multipliers (the
+        buffer then has shape ``(R, K)``): many models trained side by side.
+        """
+        obj = self.objective
+        lam = self._lam(s.shape[0])
+        relax_args = obj._relax_args()
+        terms = _Terms(type(obj), self.constraints, self.penalty, relax_args, obj.eps)
+        if obj.backward_mode == "symbolic":
+            loss, pooled = _ConstrainedFunction.apply(s, y, w, lam, terms, obj.pool)
+        else:
+            work = _wide(s.dtype)
+            a = relax(s.to(work), *relax_args, sigmoid=stable_sigmoid)
+            counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
+            if obj.pool is not None:
+                counts = obj.pool(counts, differentiable=True)
+            loss = _lagrangian(terms, counts, lam, coefficients=False)[0].to(work)
+            pooled = torch.stack(counts, -1).detach()
+        with torch.no_grad():
+            if self.multiplier_rates == "hard":
+                pooled = self._hard_counts(s, y, w)
+            # eps = 0: a constraint undefined on these counts (recall with no positive)
+            # reads NaN and leaves its multiplier alone.
+            values = torch.stack([_rows(c.kernels.metric_value(*pooled.unbind(-1), 0.0),
+                                        pooled[..., 0]) for c in self.constraints], -1)
+        self._step(values, lam)
+        return loss
+
+    def _hard_counts(self, s: Tensor, y: Tensor, w: Tensor | None) -> Tensor:
+        """The pooled ``(R, 4)`` counts of the hard predictions."""
+        with torch.no_grad():
+            work = _wide(s.dtype)
+            hard = (s >= (0.0 if self.objective.from_logits else 0.5)).to(work)
+            counts = _counts(hard, y.to(work), None if w is None else w.to(work),
+                             overwrite=True)
+            if self.hard_pool is not None:
+                counts = self.hard_pool(counts)
+            return torch.stack(counts, -1)
+
+    def _step(self, values: Tensor, lam: Tensor) -> None:
+        """Record the values; in a training step, one projected ascent step on the multipliers."""
+        training_step = self.training and torch.is_grad_enabled()
+        with torch.no_grad():
+            shape = self.multipliers.shape
+            self.constraint_values.copy_(values.reshape(shape))
+            if not training_step:
+                return
+            sense = torch.tensor([_sense(c.op) for c in self.constraints], dtype=torch.float64,
+                                 device=lam.device)
+            bound = torch.tensor([c.bound for c in self.constraints], dtype=torch.float64,
+                                 device=lam.device)
+            v = sense * (bound - values.to(torch.float64))
+            step = torch.where(torch.isfinite(v), self.multiplier_lr * v, 0.0)
+            new = (lam + step).clamp(0.0, self.max_multiplier)
+            self.multipliers.copy_(new.reshape(shape).to(self.multipliers.dtype))
