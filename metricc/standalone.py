@@ -41,6 +41,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.relax",
         "metricc.runtime.counts",
         "metricc.runtime.distributed",
+        "metricc.runtime.hints",
         "metricc.runtime.modes",
         "metricc.runtime.loss",
         "metricc.runtime.constrained",

@@ -10,14 +10,14 @@ score (``metricc.score``), so both average the same classes: see ``docs/modes.md
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ..errors import MetricError, MetricWarning
+from ..errors import MetricError
+from .hints import _multilabel_validate, _warn_if_probabilities
 from .options import select_classes
 
 
@@ -178,38 +178,6 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     # argmax over every class: all C scores, and which of them are selected
     return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t,
                      r.scores, None, chosen)
-
-
-#: Below this many elements a batch of logits may well all lie in [0, 1] by chance.
-_PROBABILITY_HINT_MIN = 64
-
-
-def _warn_if_probabilities(x: Tensor, mode: str) -> None:
-    """Warn when ``from_logits=True`` input looks like probabilities: the loss would apply a
-    second sigmoid/softmax and train on a squashed, nearly flat signal."""
-    if mode == "multiclass":
-        if x.dim() < 2 or not bool(((x.sum(1, dtype=torch.float64) - 1).abs() <= 1e-3).all()):
-            return
-        why = "every element's class scores lie in [0, 1] and sum to 1"
-        fix = "pass from_logits=False (or the logits before softmax)"
-    else:
-        if x.numel() < _PROBABILITY_HINT_MIN:
-            return
-        why = f"all {x.numel()} scores lie in [0, 1]"
-        fix = "pass from_logits=False if they are probabilities (or the logits before sigmoid)"
-    warnings.warn(f"input looks like probabilities, but from_logits=True ({why}); {fix}. "
-                  "Silence this with validate_args=False or the warnings module if they "
-                  "really are logits.", MetricWarning, stacklevel=6)
-
-
-def _multilabel_validate(input: Tensor, target: Tensor) -> None:
-    """Multilabel targets hold one 0/1 label per class: the input's shape ``(N, C, *)``."""
-    if input.dim() >= 2 and target.shape == input.shape[:1] + input.shape[2:]:
-        raise MetricError(
-            f"mode='multilabel' needs target of the input's shape {tuple(input.shape)} (one 0/1 "
-            f"label per class), got {tuple(target.shape)}, the shape of class indices: use "
-            "mode='multiclass' for one class per element, or one-hot encode the target "
-            f"(torch.nn.functional.one_hot(target, {input.shape[1]}).movedim(-1, 1))")
 
 
 def _binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("input", "target"),
