@@ -128,6 +128,31 @@ def check_compile(device: str, failures: list[str]) -> None:
             failures.append(f"torch.compile on {device} != eager: {name}")
 
 
+def check_matrix(device: str, failures: list[str]) -> int:
+    """K x K losses: float64 on the device equals the CPU, and torch.compile(fullgraph=True) equals eager."""
+    gen = torch.Generator().manual_seed(2)
+    done = 0
+    for name in ("quadratic_kappa", "multiclass_mcc", "expected_cost"):
+        m = metricc.compile(name)
+        x = torch.randn(512, 6, 8, generator=gen, dtype=torch.float64)
+        y = torch.randint(0, 6, (512, 8), generator=gen)
+        y[:, 0] = 5  # class 5 everywhere in column 0 and nowhere else is fine; class 4 may be absent
+        for relaxation in ("softmax", "linear"):
+            for backward in ("symbolic", "autograd"):
+                loss = m.loss(relaxation, from_logits=True, backward=backward)
+                ref_v, ref_g = value_and_grad(loss, x, y)
+                v, g = value_and_grad(loss, x.to(device), y.to(device))
+                what = f"{name} {relaxation} {backward}"
+                if not (close(v, ref_v, 1e-9) and close(g, ref_g, 1e-9)):
+                    failures.append(f"K x K float64 {device} != cpu: {what}")
+                v, g = value_and_grad(torch.compile(loss, fullgraph=True, dynamic=False),
+                                      x.float().to(device), y.to(device))
+                if not (close(v, ref_v, 1e-4) and close(g, ref_g, 1e-3)):
+                    failures.append(f"K x K compiled float32 {device} far from float64 eager: {what}")
+                done += 1
+    return done
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -247,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_compile:
         check_compile(args.device, failures)
         print(f"torch.compile on {args.device}: {'ok' if not failures else 'see failures'}\n")
+    if not args.no_compile:
+        t0 = time.perf_counter()
+        done = check_matrix(args.device, failures)
+        print(f"K x K losses: {done} configurations (eager float64 vs cpu, compiled float32) in "
+              f"{time.perf_counter() - t0:.0f} s, {len(failures)} failures so far\n")
     timings(args.device, sizes, rounds, compiled=not args.no_compile)
     if not args.no_peers:
         race_peers(args.device, args.quick, compiled=not args.no_compile)

@@ -11,6 +11,7 @@ from functools import cached_property
 
 import sympy
 
+from .budget import check_constants, spent
 from .symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 
 __all__ = [
@@ -78,14 +79,14 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
 
     ``sympy.simplify`` takes seconds on MCC-like formulas; these rewrites take
     milliseconds and are exact, which is all the emitter and the reader need.
-    Expressions too big to multiply out cheaply (:data:`MAX_EXPANSION`) keep
-    the combined-fraction form.
+    Expressions too big to multiply out cheaply (:data:`MAX_EXPANSION`), or met
+    once the enclosing :func:`metricc.budget.limit` is spent, keep the form they have.
     """
     # Counts are nonnegative, so e.g. sqrt(TP**2) is TP; SymPy only uses that
     # with positive symbols, swapped in and out here.
     expr = expr.xreplace(TO_POSITIVE)
     candidates = [expr]
-    if sympy.count_ops(expr) > MAX_OPS:
+    if spent() or sympy.count_ops(expr) > MAX_OPS:
         return expr.xreplace(FROM_POSITIVE)
     try:
         together = sympy.together(expr)
@@ -101,11 +102,14 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
 def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
     """``{"TP": d expr/d TP, ...}``, simplified; zero for counts it does not use."""
     real = expr.xreplace(TO_NONNEGATIVE)
-    return {
+    out = {
         k: simplify(sympy.diff(real, TO_NONNEGATIVE[s]).xreplace(FROM_NONNEGATIVE))
         if s in expr.free_symbols else sympy.Integer(0)
         for k, s in COUNTS.items()
     }
+    for k, d in out.items():
+        check_constants(d, f"d/d{k} of the formula")
+    return out
 
 
 def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
@@ -307,11 +311,15 @@ def singularities(expr: sympy.Expr, explain: bool = True
                 and not (nonneg(f).is_positive or nonneg(f).is_negative)
                 and (den == 1 or not _zero_set_inside(f, den))]
 
+    seen: set[tuple[str, sympy.Expr]] = set()
+
     def add(into: list[Singularity], s: Singularity) -> None:
-        for t in undefined + rough:
-            if t.relation == s.relation and sympy.expand(t.expr - s.expr) == 0:
-                return
-        into.append(s)
+        # One expand per piece (comparing each new piece with all earlier ones was
+        # quadratic: a min() of n arguments has n(n-1)/2 branch switches).
+        key = (s.relation, sympy.expand(s.expr))
+        if key not in seen:
+            seen.add(key)
+            into.append(s)
 
     def division(f: sympy.Expr, power: sympy.Expr) -> str:
         """0/0 or x/0 where the factor ``f`` of a denominator (to ``power``) vanishes."""

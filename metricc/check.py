@@ -1,18 +1,21 @@
 """``Metric.check()``: where a metric is undefined, which way it moves, and its range.
 
 Decided symbolically where SymPy can, else by sampling at fixed points (each
-verdict says which), so reports are the same on every machine. SymPy only.
+verdict says which). The proofs have a CPU-time budget (:mod:`metricc.budget`):
+on a slow machine a verdict may be sampled where a fast one proves it. SymPy only.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import sympy
 
 from .analyse import Singularity, partials, singularities
+from .budget import evaluate, evaluator, float_evaluator, limit, spent
 from .errors import MetricError
 from .symbols import COUNTS, TO_POSITIVE
 
@@ -87,6 +90,9 @@ class CheckReport:
     upper: sympy.Expr | None
     sampled_range: tuple[float, float] | None
     higher_is_better: bool | None = None
+    #: The symbolic proofs ran out of time (:data:`metricc.budget.PROOF_SECONDS`);
+    #: the verdicts they did not reach are sampled, and say so.
+    budget_spent: bool = False
     #: How the metric moves along the changes a batch allows (see :data:`MOVES`): keys
     #: ``"FN->TP"`` (a positive's score rises) and ``"TN->FP"`` (a negative's score rises).
     moves: dict[str, Monotonicity] = field(default_factory=dict)
@@ -146,6 +152,9 @@ class CheckReport:
         if self.sampled_range is not None:
             sampled = "; sampled values {:.4g} .. {:.4g}".format(*self.sampled_range)
         lines.append(f"range: {proven}{sampled}")
+        if self.budget_spent:
+            lines.append("note: symbolic proofs stopped at the time budget; verdicts marked "
+                         "(sampled) are from sample points, not proofs")
         if not self.depends_on_predictions:
             lines.append("as a loss: DOES NOT DEPEND ON THE PREDICTIONS (only on P and N, which "
                          "the labels fix): its gradient is zero everywhere, it cannot train")
@@ -193,7 +202,7 @@ def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
         return 1
     if e.is_nonpositive:
         return -1
-    if depth > 4 or sympy.count_ops(e) > _SIZE_LIMIT:
+    if depth > 4 or spent() or sympy.count_ops(e) > _SIZE_LIMIT:
         return None
     if isinstance(e, sympy.Mul):
         result = 1
@@ -237,7 +246,7 @@ def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
 def _evaluator(e: sympy.Expr) -> Any:
     """``e`` as a plain-float function of (TP, FP, FN, TN), or ``None`` if SymPy cannot print it."""
     try:
-        return sympy.lambdify(list(COUNTS.values()), e, modules=["math"])
+        return float_evaluator(e, list(COUNTS.values()))
     except (NameError, SyntaxError, TypeError, KeyError):  # pragma: no cover - exotic nodes
         return None
 
@@ -254,17 +263,21 @@ def _values(fn: Any) -> list[tuple[int, float]]:
     return out
 
 
+@lru_cache(maxsize=64)
+def _precise(e: sympy.Expr) -> Any:
+    return evaluator(e, list(COUNTS.values()))
+
+
 def _confirmed_sign(e: sympy.Expr, index: int) -> int:
-    """The sign of ``e`` at sample point ``index``, evaluated to 30 digits (0 if unsure)."""
-    values = _POINTS[index]
-    point = {s: sympy.Rational(str(v)) for s, v in zip(COUNTS.values(), values, strict=True)}
-    try:
-        v = sympy.N(e.xreplace(point), 30)
-    except (TypeError, ValueError, ArithmeticError):  # pragma: no cover
+    """The sign of ``e`` at sample point ``index``, evaluated to 30 digits (0 if unsure).
+
+    mpmath, not ``e.xreplace(point)``: SymPy factors integers to evaluate a rational
+    to a rational power, which hung on the partials of ``mcc^f1`` for 15 minutes.
+    """
+    v = evaluate(_precise(e), _POINTS[index])
+    if v is None or v.imag != 0 or abs(v.real) < 1e-20:
         return 0
-    if not v.is_real or not v.is_finite or abs(v) < sympy.Float("1e-20"):
-        return 0
-    return 1 if v > 0 else -1
+    return 1 if v.real > 0 else -1
 
 
 def _sampled_direction(d: sympy.Expr) -> str:
@@ -351,8 +364,11 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
     if extra:
         raise MetricError(f"check() needs a formula over TP, FP, FN, TN only; give values to "
                           f"{', '.join(sorted(extra))}")
-    gradient = partials(expr) if gradient is None else gradient
-    undefined, rough = singularities(expr)
-    lower, upper, sampled = _bounds(expr)
-    return CheckReport(expr, undefined, rough, _monotonicity(gradient), lower, upper, sampled,
-                       higher_is_better, _moves(gradient))
+    with limit() as budget:  # proofs give up after PROOF_SECONDS; verdicts fall back to samples
+        gradient = partials(expr) if gradient is None else gradient
+        undefined, rough = singularities(expr)
+        lower, upper, sampled = _bounds(expr)
+        monotonicity = _monotonicity(gradient)
+        moves = _moves(gradient)
+    return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled,
+                       higher_is_better, budget.exhausted, moves)

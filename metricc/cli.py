@@ -80,12 +80,19 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _option_value(text: str) -> Any:
-    """``--option`` values: Python literals (numbers, True/False/None, quoted strings),
-    else the bare word as a string (``reduction=sum``). Never evaluated as code."""
+    """``--option`` values: Python literals (numbers, True/False/None in any case, quoted
+    strings), else the bare word as a string (``reduction=sum``). Never evaluated as code;
+    the loss then checks each option's type and range (``offset=nan`` is refused there)."""
+    word = text.strip().lower()
+    if word in _WORDS:  # `from_logits=false` means False, not the string "false"
+        return _WORDS[word]
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+_WORDS: dict[str, Any] = {"true": True, "false": False, "none": None, "null": None}
 
 
 def _compile(args: argparse.Namespace) -> Any:

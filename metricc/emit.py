@@ -16,12 +16,14 @@ import linecache
 import math
 import re
 import textwrap
+import types
 from typing import TYPE_CHECKING, Any
 
 import sympy
 from sympy.printing.pytorch import TorchPrinter
 
 from .analyse import backward_coefficients, guard
+from .budget import check_constants
 from .errors import MetricError
 from .symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
 
@@ -176,6 +178,9 @@ def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str
         else:
             constants[sym] = e
     temps, reduced = kept, [e.xreplace(constants) for e in reduced]
+    for e in [*(t for _, t in temps), *reduced]:
+        # cse multiplies constants out: 1e299*TP/(1e-299*FP + TP) needs 1e598.
+        check_constants(e, "the generated code for the formula and its derivative")
     lines = [f"def {name}(TP, FP, FN, TN, eps):", f'    """{doc}"""']
     for sym, e in temps:
         lines.append(f"    {sym} = {printer.doprint(e)}")
@@ -239,10 +244,7 @@ def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: 
 
     from .runtime.loss import MetricLoss
 
-    filename = f"<metricc {abs(hash(kernels_source)):x}>"
-    # linecache lets tracebacks and torch.compile show the generated lines.
-    linecache.cache[filename] = (len(kernels_source), None, kernels_source.splitlines(True),
-                                 filename)
+    filename = remember_source(f"<metricc {abs(hash(kernels_source)):x}>", kernels_source)
     namespace: dict[str, Any] = {"torch": torch}
     exec(builtins.compile(kernels_source, filename, "exec"), namespace)
     attrs = {
@@ -256,4 +258,46 @@ def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: 
     }
     class_name = ("".join(part.capitalize() for part in name.split("_")) + "Loss" if name
                   else "CustomMetricLoss")
+    attrs["forward"] = own_copy(MetricLoss.forward, f"{class_name}.forward")
     return type(class_name, (MetricLoss,), attrs)
+
+
+#: Generated sources kept in ``linecache`` (the compile cache holds 256 metrics).
+LINECACHE_SIZE = 256
+_LINECACHE_KEYS: dict[str, None] = {}
+
+
+def remember_source(filename: str, source: str) -> str:
+    """Put generated ``source`` in ``linecache`` under ``filename`` and return the name.
+
+    linecache lets tracebacks and torch.compile show the generated lines; it keeps the
+    latest LINECACHE_SIZE sources (like the compile cache), not one per formula forever.
+    """
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    _LINECACHE_KEYS.pop(filename, None)
+    _LINECACHE_KEYS[filename] = None
+    while len(_LINECACHE_KEYS) > LINECACHE_SIZE:
+        oldest = next(iter(_LINECACHE_KEYS))
+        del _LINECACHE_KEYS[oldest]
+        linecache.cache.pop(oldest, None)
+    return filename
+
+
+def own_copy(fn: Any, qualname: str) -> Any:
+    """``fn`` with a code object of its own.
+
+    torch.compile caches compiled frames per code object: every generated class
+    sharing ``MetricLoss.forward`` made the 9th metric compiled in one process hit
+    the recompile limit (``FailOnRecompileLimitHit`` under ``fullgraph=True``).
+    """
+    try:
+        code = fn.__code__.replace(co_qualname=qualname)
+    except TypeError:  # Python 3.10: no co_qualname; replace() still makes a new code object
+        code = fn.__code__.replace(co_firstlineno=fn.__code__.co_firstlineno)
+    copy = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__annotations__ = dict(fn.__annotations__)
+    copy.__doc__ = fn.__doc__
+    copy.__qualname__ = qualname
+    return copy

@@ -7,7 +7,6 @@ metric over the whole confusion matrix (``docs/matrix.md``).
 from __future__ import annotations
 
 import builtins
-import linecache
 import math
 import random
 import sys
@@ -205,12 +204,12 @@ class MatrixMetric:
         if self._loss_class is None:
             import torch
 
+            from .emit import own_copy, remember_source
             from .runtime import matrix as matrix_runtime
             from .runtime.matrix import MatrixLoss
 
             source = self.kernels_source
-            filename = f"<metricc matrix {abs(hash(source)):x}>"
-            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            filename = remember_source(f"<metricc matrix {abs(hash(source)):x}>", source)
             namespace: dict[str, Any] = {"torch": torch}
             namespace.update({k: getattr(matrix_runtime, k) for k in (
                 "_num_classes", "_index", "_entry", "_sum", "_delta", "_present", "_as_rows",
@@ -228,8 +227,10 @@ class MatrixMetric:
                 "__module__": "metricc.generated",
                 "__doc__": f"Loss for the K x K metric {self.text.strip()!r}.",
             }
-            name = "".join(p.capitalize() for p in (self.name or "matrix_metric").split("_"))
-            self._loss_class = type(name + "Loss", (MatrixLoss,), attrs)
+            name = "".join(p.capitalize() for p in (self.name or "matrix_metric").split("_")) + "Loss"
+            # A forward of its own per class: torch.compile counts recompiles per code object.
+            attrs["forward"] = own_copy(MatrixLoss.forward, f"{name}.forward")
+            self._loss_class = type(name, (MatrixLoss,), attrs)
         return self._loss_class
 
     def loss(self, relaxation: str = "softmax", *, warn_monotonicity: bool = True,

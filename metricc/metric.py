@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import sympy
 
 from .analyse import Analysis, analyse
+from .budget import check_constants
 from .check import CheckReport, check
 from .errors import MetricError, MetricWarning, MissingParameterError, suggest, suggest_all
 from .library import lookup, micro_tn_refusal
@@ -71,6 +72,8 @@ class Metric:
         expr = substitute(formula.expr, subs)
         self._check_expr(expr)
         self.analysis: Analysis = analyse(expr)
+        # Simplifying can combine constants (1e200*TP/(1e-200*FP) is 1e400*TP/FP).
+        check_constants(self.analysis.expr, "the simplified formula")
         if not self.analysis.expr.free_symbols & set(COUNTS.values()):
             raise MetricError(f"formula {self.text.strip()!r} simplifies to the constant "
                               f"{self.analysis.expr}; a metric must depend on the counts")
@@ -100,6 +103,12 @@ class Metric:
         if expr.has(sympy.I) or any(a.is_number and a.is_extended_real is False
                                     for a in sympy.preorder_traversal(expr)):
             raise MetricError(f"formula {self.text.strip()!r} is complex-valued")
+        from .domain import domain_problem
+
+        if (problem := domain_problem(expr)) is not None:
+            # The loss would be NaN, with NaN gradients, wherever a batch lands there.
+            raise MetricError(f"formula {self.text.strip()!r} is not real for all counts: "
+                              f"{problem}")
 
     def __repr__(self) -> str:
         label = self.name or self.text.strip()
@@ -148,8 +157,12 @@ class Metric:
         FN + FP + 2*TP = 0  (0/0)
         """
         if self._check is None:
-            self._check = check(self.expr, self.analysis.gradient,
-                                higher_is_better=self.higher_is_better)
+            from .budget import limit
+
+            # One budget for simplifying the partials and for the proofs on them.
+            with limit(), _analysis_errors(self.text):
+                self._check = check(self.expr, self.analysis.gradient,
+                                    higher_is_better=self.higher_is_better)
             if self.constraints:  # and whether each constraint can be met
                 from .constraints import ConstraintsCheckReport, check_constraint
 
@@ -177,16 +190,15 @@ class Metric:
         missing = [k for k in _COUNT_ARGS if given[k] is None and k in used]
         if missing:
             raise MetricError(f"value() needs {', '.join(missing)} for this metric")
-        tensor_in = any(isinstance(v, torch.Tensor) for v in given.values())
-        counts = []
-        for k in _COUNT_ARGS:
-            v = given[k] if given[k] is not None else 0.0
-            t = torch.as_tensor(v, dtype=torch.float64) if not isinstance(v, torch.Tensor) else v
-            if not t.is_floating_point():
-                t = t.to(torch.float64)
-            counts.append(t)
+        counts = [_count_tensor(k, given[k] if given[k] is not None else 0) for k in _COUNT_ARGS]
+        tensor_in = any(_is_array(v) for v in given.values())
+        # Computed in float64 whatever the input (float16 counts overflow in the
+        # products of MCC); tensors come back in their own floating dtype.
+        out_dtype = next((v.dtype for v in given.values() if isinstance(v, torch.Tensor)
+                          and v.is_floating_point()), torch.float64)
+        counts = list(torch.broadcast_tensors(*counts)) if tensor_in else counts
         out = self._kernel("metric_value")(*counts, 0.0)
-        out = torch.as_tensor(out, dtype=counts[0].dtype)
+        out = torch.as_tensor(out, dtype=torch.float64)
         bad = ~torch.isfinite(out)
         if bool(bad.any()):
             if zero_division is None:
@@ -196,7 +208,7 @@ class Metric:
                     "choose what such a case scores"
                 )
             out = torch.where(bad, torch.full_like(out, float(zero_division)), out)
-        return out if tensor_in else float(out)
+        return out.to(out_dtype) if tensor_in else float(out)
 
     def score(self, preds: Any, target: Any, threshold: float | None = None, *,
               zero_division: float | None = None, mode: str = "binary",
@@ -360,7 +372,9 @@ class Metric:
         if self.constraints:
             return self._constrained_loss(relaxation, warn_monotonicity, options)
         from .emit import loss_parameters
+        from .runtime.options import check_flag
 
+        check_flag("warn_monotonicity", warn_monotonicity)
         allowed = [p.name for p in loss_parameters()]
         for key in options:
             if key not in allowed:
@@ -498,6 +512,45 @@ class Metric:
 def _constraint_metric(formula: Formula, higher_is_better: bool) -> Metric:
     """How a constraint's normalised side is compiled (no parameters, no name)."""
     return Metric(formula, {}, None, higher_is_better)
+
+
+def _is_array(v: Any) -> bool:
+    """A tensor or an array; numpy scalars (np.int64(3)) are numbers, and give a float."""
+    import numbers
+
+    return (hasattr(v, "__array__") or hasattr(v, "__torch_function__")) \
+        and not isinstance(v, numbers.Number)
+
+
+def _count_tensor(name: str, v: Any) -> Any:
+    """One count for :meth:`Metric.value` as a float64 tensor, or a clear MetricError."""
+    import numbers
+
+    import torch
+
+    if _is_array(v):
+        t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
+        if t.device.type == "meta":
+            raise MetricError(f"{name} is a meta tensor, which holds no values; pass real counts")
+        if t.is_complex() or t.dtype == torch.bool:
+            raise MetricError(f"{name} must hold real numbers, got a tensor of {t.dtype}")
+        t = t.detach().to(torch.float64) if t.dtype != torch.float64 else t
+    elif isinstance(v, bool) or not isinstance(v, numbers.Real):
+        hint = "; use a tensor for several values" if isinstance(v, (list, tuple)) else ""
+        raise MetricError(f"{name} must be a number or a tensor, got {type(v).__name__} "
+                          f"{v!r:.40}{hint}")
+    else:
+        try:
+            t = torch.tensor(float(v), dtype=torch.float64)
+        except OverflowError:
+            raise MetricError(f"{name} is too large for a float ({str(v)[:20]}...)") from None
+    if not bool(torch.isfinite(t).all()):
+        raise MetricError(f"{name} must be finite, got {v if t.dim() == 0 else 'a tensor with'}"
+                          f"{'' if t.dim() == 0 else ' inf or nan'}")
+    if bool((t < 0).any()):
+        raise MetricError(f"{name} must be >= 0 (a count), got "
+                          f"{float(t) if t.dim() == 0 else 'a negative entry'}")
+    return t
 
 
 @contextmanager

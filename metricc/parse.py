@@ -21,6 +21,8 @@ import lark
 import sympy
 from lark import Token
 
+from .budget import MAX_EXPONENT, check_constants
+from .budget import log10_abs as _log10_abs
 from .errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from .library import lookup, names
 from .matrix import (
@@ -41,6 +43,7 @@ __all__ = [
     "FUNCTIONS",
     "Formula",
     "ParsedConstraint",
+    "check_constants",
     "check_single_identifier",
     "check_size",
     "grammar_text",
@@ -61,22 +64,30 @@ FUNCTIONS: dict[str, tuple[Any, int, int | None]] = {
 }
 
 MAX_LENGTH = 100_000
+#: Names, numbers and operators; counted before anything is parsed, so a huge
+#: formula is refused in milliseconds (one token builds about one node, see MAX_NODES).
+MAX_TOKENS = 10_000
 MAX_NESTING = 500
-#: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308), so neither
-#: `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
-MAX_EXPONENT = 300
+#: Function calls inside function calls (``log(log(...))``): each level makes
+#: SymPy's recursive steps (printing, derivatives, assumptions) one level deeper.
+MAX_CALL_NESTING = 30
+#: Depth of the expression tree once bindings are substituted (the deepest named
+#: metric has 8), so no later recursive step meets Python's recursion limit.
+MAX_DEPTH = 60
+# Constants stay within 10**±MAX_EXPONENT (metricc.budget; floats reach 1e308), so neither
+# `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
 #: Largest |exponent| on a non-constant base: `(TP+1)^(10^6)` is no metric.
 MAX_POWER = 100
 #: Largest expression tree once bindings are substituted; the derivative of a
 #: chain `b = a*(a+1); c = b*(b+1); ...` doubles with each line.
 MAX_NODES = 2000
-
-
-def _log10_abs(n: sympy.Number) -> float:
-    """``log10 |n|`` of a nonzero SymPy number, to within 1 (cheap for huge ints)."""
-    if n.is_Rational:
-        return (abs(int(n.p)).bit_length() - int(n.q).bit_length()) * math.log10(2)
-    return math.log10(abs(float(n))) if float(n) != 0 else -math.inf
+#: Most arguments of one min()/max(): its derivative grows with the square of the
+#: count (each argument is compared with the min of the others): 8 took 11 s.
+MAX_ARGS = 6
+#: Largest (arguments - 1) * operations of one min()/max() once bindings are
+#: substituted: min(mcc, f1, g_mean, cohen_kappa) is about 300 and takes 6 s
+#: through compile, check, loss and verify; six named metrics took 12 s.
+MAX_MINMAX_WORK = 400
 
 
 def _number_problem(e: sympy.Expr) -> str | None:
@@ -140,17 +151,32 @@ def _check_top(e: sympy.Expr) -> sympy.Expr:
 
 def check_size(expr: sympy.Expr, what: str = "formula") -> None:
     """Raise MetricError if ``expr`` breaks a size limit; shared subtrees are walked once."""
-    memo: dict[int, int] = {}
+    memo: dict[int, tuple[int, int]] = {}
 
-    def size(e: sympy.Expr) -> int:
+    def size(e: sympy.Expr) -> tuple[int, int]:
+        """(nodes, depth), both capped just past their limits."""
         key = id(e)
         if key not in memo:
             if (problem := _number_problem(e)) is not None:
                 raise MetricError(f"{what}: {problem}; metrics need no such numbers")
-            memo[key] = min(1 + sum(size(a) for a in e.args), MAX_NODES + 1)
+            parts = [size(a) for a in e.args]
+            memo[key] = (min(1 + sum(n for n, _ in parts), MAX_NODES + 1),
+                         min(1 + max((d for _, d in parts), default=0), MAX_DEPTH + 1))
+            if isinstance(e, (sympy.Min, sympy.Max)) and \
+                    (len(e.args) - 1) * memo[key][0] > MAX_MINMAX_WORK:
+                raise MetricError(
+                    f"{what}: {type(e).__name__.lower()}() of {len(e.args)} arguments of "
+                    f"{memo[key][0]} operations in all is too large to analyse (its "
+                    "derivative compares each argument with the others); use fewer or "
+                    "simpler arguments")
         return memo[key]
 
-    n = size(expr)
+    n, depth = size(expr)
+    if depth > MAX_DEPTH:
+        raise MetricError(
+            f"{what} nests more than {MAX_DEPTH} operations deep once bindings are "
+            "substituted; write it with fewer nested functions and bindings"
+        )
     if n > MAX_NODES:
         raise MetricError(
             f"{what} is too large to analyse (more than {MAX_NODES} operations once "
@@ -218,8 +244,56 @@ class _Position:
         return MetricSyntaxError(message, self.text, tok.line or 1, tok.column or 1)
 
 
+class _Chain:
+    """A sum or product being parsed: ``a + b + c`` is one SymPy ``Add`` built at the end.
+
+    Folding ``(a + b) + c`` one operator at a time makes SymPy re-flatten and
+    re-sort the growing sum on every ``+``: quadratic, 40 s for 3,000 terms.
+    Constants are folded into one coefficient as they come, checked against the
+    size limits at once, so ``1e300*1e300*...`` never builds a huge number.
+    """
+
+    __slots__ = ("coeff", "is_sum", "terms")
+
+    def __init__(self, first: sympy.Expr, is_sum: bool) -> None:
+        self.is_sum = is_sum
+        self.coeff: sympy.Expr = sympy.S.Zero if is_sum else sympy.S.One
+        self.terms: list[sympy.Expr] = []
+        self.push(first)
+
+    def push(self, e: sympy.Expr) -> _Chain:
+        if e.is_Number:
+            self.coeff = self.coeff + e if self.is_sum else self.coeff * e
+            if (problem := _number_problem(self.coeff)) is not None:
+                raise MetricError(f"{problem}; metrics need no such numbers")
+        else:
+            self.terms.append(e)
+        return self
+
+    def build(self) -> sympy.Expr:
+        op = sympy.Add if self.is_sum else sympy.Mul
+        return _check_top(op(self.coeff, *self.terms))
+
+
+def _expr(e: Any) -> sympy.Expr:
+    """A finished SymPy expression for a parsed operand (chains are built here)."""
+    return e.build() if isinstance(e, _Chain) else e
+
+
+def _chain(e: Any, is_sum: bool) -> _Chain:
+    """``e`` as a chain of the given kind, to be extended in place."""
+    if isinstance(e, _Chain) and e.is_sum == is_sum:
+        return e
+    return _Chain(_expr(e), is_sum)
+
+
 class ToSympy(lark.Transformer):  # type: ignore[type-arg]
-    """One method per grammar alias; runs inline in the LALR parser."""
+    """One method per grammar alias; runs inline in the LALR parser.
+
+    ``add``/``sub``/``mul``/``div`` return a :class:`_Chain` that the next
+    operator of the same kind extends in place (parsing stays linear in the
+    length of the text); every other method takes finished expressions.
+    """
 
     def __init__(self, pos: _Position) -> None:
         super().__init__()
@@ -299,6 +373,9 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
             raise self.where.error(
                 f"{fname}() takes {want} argument{'s' if lo > 1 else ''}, got {len(args)}", tok
             )
+        if len(args) > MAX_ARGS:
+            raise self.where.error(
+                f"{fname}() of {len(args)} arguments; the limit is {MAX_ARGS}", tok)
         try:
             return fn(*args)  # type: ignore[no-any-return]
         except (ValueError, TypeError):
@@ -308,35 +385,35 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
                 f"{', '.join(str(a) for a in args if a.is_number and not a.is_extended_real)} "
                 "is not a real number", tok) from None
 
-    def args(self, c: list[sympy.Expr]) -> list[sympy.Expr]:
-        return list(c)
+    def args(self, c: list[Any]) -> list[sympy.Expr]:
+        return [_expr(a) for a in c]
 
-    def add(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return _check_top(c[0] + c[1])
+    def add(self, c: list[Any]) -> _Chain:
+        return _chain(c[0], True).push(_expr(c[1]))
 
-    def sub(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return _check_top(c[0] - c[1])
+    def sub(self, c: list[Any]) -> _Chain:
+        return _chain(c[0], True).push(-_expr(c[1]))
 
-    def mul(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return _check_top(c[0] * c[1])
+    def mul(self, c: list[Any]) -> _Chain:
+        return _chain(c[0], False).push(_expr(c[1]))
 
-    def div(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return _check_top(c[0] / c[1])
+    def div(self, c: list[Any]) -> _Chain:
+        return _chain(c[0], False).push(sympy.Pow(_expr(c[1]), -1))
 
-    def neg(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return -c[0]
+    def neg(self, c: list[Any]) -> sympy.Expr:
+        return -_expr(c[0])
 
-    def pos(self, c: list[sympy.Expr]) -> sympy.Expr:
-        return c[0]
+    def pos(self, c: list[Any]) -> sympy.Expr:
+        return _expr(c[0])
 
     def pow(self, c: list[Any]) -> sympy.Expr:
-        base, op, exp = c
+        base, op, exp = _expr(c[0]), c[1], _expr(c[2])
         if (problem := _pow_problem(base, exp)) is not None:
             raise self.where.error(problem, op)
         return _check_top(base**exp)
 
     def binding(self, c: list[Any]) -> tuple[Token, sympy.Expr]:
-        return (c[0], c[1])
+        return (c[0], _expr(c[1]))
 
     def constraint(self, c: list[Any]) -> _RawConstraint:
         lhs, op, rhs = c
@@ -348,7 +425,7 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
                    "<": "write '<=': on relaxed counts a strict bound is the same bound"}[op]
             raise self.where.error(f"'{op}' is not a constraint; constraints use >= or <=: {fix}",
                                    op)
-        return _RawConstraint(lhs, op, rhs)
+        return _RawConstraint(_expr(lhs), op, _expr(rhs))
 
     def constraints(self, c: list[_RawConstraint]) -> _ConstraintClause:
         return _ConstraintClause(c)
@@ -357,7 +434,7 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         return c[0]
 
     def start(self, c: list[Any]) -> list[Any]:
-        return c
+        return [_expr(x) if not isinstance(x, tuple) else x for x in c]
 
 
 class _RawConstraint(tuple):  # type: ignore[type-arg]
@@ -381,19 +458,29 @@ class _ParenNewlines:
 
     def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         depth = 0
+        calls: list[bool] = []  # per open parenthesis: does it open a function call?
+        previous = None
         for tok in stream:
             if tok.type == "LPAR":
                 depth += 1
+                calls.append(previous is not None and previous.type == "NAME")
                 if depth > MAX_NESTING:
                     raise self.where.error(
                         f"parentheses nested more than {MAX_NESTING} deep; "
                         "split the formula with let-bindings",
                         tok,
                     )
+                if calls[-1] and sum(calls) > MAX_CALL_NESTING:
+                    raise self.where.error(
+                        f"function calls nested more than {MAX_CALL_NESTING} deep "
+                        f"(such as log(log(...))); no metric needs that many", tok)
             elif tok.type == "RPAR":
                 depth = max(depth - 1, 0)
+                if calls:
+                    calls.pop()
             elif tok.type == "_SEP" and depth > 0 and tok != ";":
                 continue
+            previous = tok
             yield tok
 
 
@@ -468,6 +555,8 @@ def _syntax_tree(text: str, pos: _Position, start: str = "start") -> Any:
             hint = "; formulas have no strings"
         elif ch == "_" or ch.isalpha():
             hint = "; names start with a letter and use only ASCII letters, digits and '_'"
+        elif ch.isdigit() or ch.isnumeric():
+            hint = "; numbers use only the ASCII digits 0-9"
         raise MetricSyntaxError(
             f"unexpected character {ch!r}{hint}", text, e.line, e.column
         ) from None
@@ -531,6 +620,8 @@ def _constraint_hint(text: str, tok: Token, expected: set[str]) -> str | None:
 
 
 _LOCK = threading.Lock()
+_COMMENT = re.compile(r"#[^\n]*")
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_]*|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|\*\*|[^\s\\]")
 
 
 @lru_cache(maxsize=1)
@@ -569,6 +660,10 @@ def parse(text: str) -> Formula | MatrixFormula:
         raise MetricError(f"a formula must be a string, got {type(text).__name__}")
     if len(text) > MAX_LENGTH:
         raise MetricError(f"formula is {len(text)} characters long; the limit is {MAX_LENGTH}")
+    tokens = sum(1 for _ in _TOKEN.finditer(_COMMENT.sub("", text)))
+    if tokens > MAX_TOKENS:
+        raise MetricError(f"formula has {tokens} names, numbers and operators; the limit is "
+                          f"{MAX_TOKENS} (metrics need far fewer: write a shorter formula)")
     pos = _Position(text)
     try:
         with _LOCK:

@@ -34,6 +34,12 @@ def score(value: Value, preds: Any, target: Any, threshold: float | None = None,
           num_classes: int | None = None, from_logits: bool = False,
           multidim_average: str = "global", reduction: str = "mean") -> Any:
     """The metric on hard labels; see :meth:`metricc.Metric.score`."""
+    if threshold is not None and (isinstance(threshold, bool)
+                                  or not isinstance(threshold, (int, float))
+                                  or math.isnan(threshold)):
+        # A nan threshold makes every comparison False: a silent 0.0. (±inf are fine:
+        # every element negative, or positive.)
+        raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
     if mode != "binary" or ignore_index is not None or multidim_average != "global":
         return score_classes(value, preds, target, threshold, mode=mode, average=average,
                              ignore_index=ignore_index, classes=classes,
@@ -76,8 +82,7 @@ def _score_binary(value: Value, preds: Any, target: Any, threshold: float | None
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target)
     _binary_validate(p, t, ("preds", "target"), "")
-    if p.numel() == 0:
-        raise MetricError("score() needs at least one prediction")
+    _check_preds(p, t)
     _check_01(t, None, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
     scores, cut = _decision(p, threshold, from_logits)
     hard = (scores >= cut) if scores.is_floating_point() else (scores != 0)
@@ -109,6 +114,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
     look_up_option("reduction", reduction)
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target, device=p.device)  # counted where the predictions are
+    _check_preds(p, t)
     if mode == "binary":
         _binary_validate(p, t, ("preds", "target"), "")
         if p.numel() == 0:
@@ -171,6 +177,24 @@ def _values(value: Value, counts: tuple[Tensor, ...], used: Tensor,
     out[used] = torch.as_tensor(value(*(x[used] for x in counts), zero_division=zero_division),
                                 dtype=torch.float64)
     return out
+
+
+def _check_preds(p: Tensor, t: Tensor) -> None:
+    """Refuse what would crash later or count silently wrong."""
+    if p.numel() == 0 or t.numel() == 0:
+        raise MetricError("score() needs at least one prediction")
+    if "meta" in (p.device.type, t.device.type):
+        raise MetricError("score() needs real tensors; meta tensors hold no values")
+    if p.is_complex() or t.is_complex():
+        raise MetricError("score() needs real predictions and targets, got complex numbers")
+    if p.is_floating_point() and bool(torch.isnan(p).any()):
+        # NaN >= threshold is False: a NaN would count as a negative prediction.
+        raise MetricError("preds contain NaN; check the model output (a NaN would count as "
+                          "a negative prediction)")
+
+
+#: Most elements of the (N, C, *) one-hot layout score() builds for multiclass labels.
+_MAX_ONEHOT = 2**28
 
 
 def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
@@ -246,7 +270,13 @@ def _multiclass_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
     else:
         if num_classes is None:
             raise err("integer multiclass preds are class labels: pass num_classes=<C>")
-        c = int(num_classes)
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int):
+            raise err(f"num_classes must be an integer, got {num_classes!r}")
+        c = num_classes
+        if p.numel() * c > _MAX_ONEHOT:
+            raise err(f"num_classes={c} with {p.numel()} predictions needs a one-hot layout "
+                      f"of {p.numel() * c} elements (the limit is {_MAX_ONEHOT}); pass the "
+                      "true number of classes")
         if p.numel() and not bool(((p >= 0) & (p < c)).all()):
             raise err(f"multiclass preds must be class indices in 0..{c - 1}")
         pred_shape = tuple(p.shape)

@@ -16,6 +16,7 @@ identifier and option values must be Python literals.
 from __future__ import annotations
 
 import ast
+import builtins
 import keyword
 import re
 import sys
@@ -244,6 +245,26 @@ def _top_level_names(tree: ast.Module, imports: bool = True) -> set[str]:
     return names
 
 
+def _used_names(tree: ast.AST) -> set[str]:
+    """Every name the file defines or looks up, at any depth.
+
+    The class is a module global: named like something a function of the file
+    looks up (``dist``, ``MetricLoss``) or like a builtin (``float``, ``super``)
+    it would replace that on first use.
+    """
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
 def emit_standalone(metric: Metric, class_name: str | None = None,
                     relaxation: str | None = None, *, warn_monotonicity: bool = True,
                     **defaults: Any) -> str:
@@ -266,14 +287,16 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
                           "metricc.compile(...).loss() in Python, or compile the objective alone")
     name = class_name or default_class_name(metric)
     runtime, tree = runtime_source()
-    reserved = _top_level_names(tree) | set(KERNEL_NAMES) | {"torch", "annotations"}
+    reserved = (_used_names(tree) | _used_names(ast.parse(metric.kernels_source))
+                | set(dir(builtins)) | {"torch", "annotations"})
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name) \
             or len(name) > 100:
         raise MetricError(f"class name {name!r} is not a plain Python identifier; use letters, "
                           "digits and underscores, e.g. F1Loss")
     if name in reserved:
-        raise MetricError(f"class name {name!r} is taken inside the generated file; choose "
-                          "another, e.g. " + default_class_name(metric))
+        what = "a Python builtin" if name in dir(builtins) else "taken inside the generated file"
+        raise MetricError(f"class name {name!r} is {what}; choose another, e.g. "
+                          + default_class_name(metric))
     for key, value in defaults.items():
         items = value if isinstance(value, (list, tuple)) else [value]
         if not all(isinstance(v, _LITERALS) and not isinstance(v, (list, tuple))
@@ -337,7 +360,9 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
         "Monotonicity: " + ", ".join(f"{k} {m}" for k, m in report.monotonicity.items()) + ".",
     ]
     if report.undefined:
-        doc += ["Undefined where: " + "; ".join(str(s) for s in report.undefined) + ";",
+        # Sorted: the analysis walks min()/max() arguments in hash order, and the
+        # file must not depend on PYTHONHASHSEED.
+        doc += ["Undefined where: " + "; ".join(sorted(str(s) for s in report.undefined)) + ";",
                 "the loss adds eps to every denominator, root and log argument there."]
     shown = ", ".join(f"{k}={_literal(v)}" for k, v in chosen.items())
     doc += [

@@ -28,7 +28,12 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from .errors import MetricError
 from .runtime.modes import class_average_weights
-from .runtime.options import MULTIDIM_AVERAGES, check_class_options, select_classes
+from .runtime.options import (
+    MULTIDIM_AVERAGES,
+    check_class_options,
+    check_flag,
+    select_classes,
+)
 from .score import _multiclass, _multilabel
 
 #: A compiled :class:`metricc.Metric`; not imported, as metric.py imports this module.
@@ -104,16 +109,19 @@ class StatefulMetric(_TorchMetric):
         self._compiled: Metric = metric
         self.mode = mode
         self.num_classes = num_classes
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                or math.isnan(threshold):
+            raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
         self.threshold = float(threshold)
-        self.from_logits = from_logits
+        self.from_logits = check_flag("from_logits", from_logits)
         self.average = average
         self.multidim_average = multidim_average
         self.ignore_index = ignore_index
         self.classes = chosen
         self.class_weights = None if weights is None else tuple(weights)
-        self.zero_division = None if zero_division is None else float(zero_division)
+        self.zero_division = None if zero_division is None else _zero_division(zero_division)
         self.absent_classes = absent_classes
-        self.validate_args = bool(validate_args)
+        self.validate_args = check_flag("validate_args", validate_args)
         k = 1 if mode == "binary" else len(chosen) if chosen is not None else num_classes
         for name in _STATES:
             if multidim_average == "global":
@@ -253,3 +261,10 @@ class StatefulMetric(_TorchMetric):
         used = weights > 0
         values = self._values(tp, fp, fn, tn, used)
         return torch.where(used, weights * values, torch.zeros_like(values)).sum(-1)
+
+
+def _zero_division(value: Any) -> float:
+    """A number, or NaN on purpose (``float('nan')``); never a string or a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MetricError(f"zero_division must be a number, float('nan') or None, got {value!r}")
+    return float(value)

@@ -23,6 +23,9 @@ STEPS = 2
 #: Uneven shards; the last shard of every step has no positives (binary) and
 #: no sample of the last class (rows).
 SHARDS = {1: [19], 2: [16, 3], 3: [5, 11, 3]}
+#: The last rank's shard is empty: it must still join the all-reduce (zero counts)
+#: and get the global loss, or the other ranks would wait in it until the timeout.
+EMPTY_SHARDS = {1: [19], 2: [19, 0], 3: [5, 14, 0]}
 
 #: name -> (model kind, metric, loss options). "rows": one confusion matrix per
 #: class (one-vs-rest rows of softmax probabilities), macro-averaged.
@@ -66,13 +69,19 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
         "relaxation": "linear", "from_logits": True, "sync_dist": True, "memory_decay": 0.5}),
     "rows_mcc_autograd": ("rows", "mcc", {"relaxation": "anyloss", "amplifier": 8.0,
                                           "backward": "autograd", "sync_dist": True}),
+    "binary_f1_empty_shard_symbolic": ("binary", "f1", {
+        "relaxation": "anyloss", "amplifier": 10.0, "from_logits": True, "sync_dist": True}),
+    "multiclass_mcc_empty_shard_autograd": ("multiclass", "mcc", {
+        "mode": "multiclass", "from_logits": True, "average": "weighted", "relaxation": "linear",
+        "backward": "autograd", "sync_dist": True}),
 }
 
 
-def make_data(world: int, step: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def make_data(world: int, step: int, empty: bool = False
+              ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Shards ``(x, binary y, class labels)`` of one step; the same for every world size."""
     g = torch.Generator().manual_seed(1000 + step)
-    sizes = SHARDS[world]
+    sizes = (EMPTY_SHARDS if empty else SHARDS)[world]
     n = sum(sizes)
     x = torch.randn(n, FEATURES, generator=g, dtype=torch.float64)
     y = (torch.rand(n, generator=g) < 0.4).double()
@@ -123,7 +132,7 @@ def run_case(name: str, world: int, rank: int, ddp: bool
     opt = torch.optim.SGD(base.parameters(), lr=0.5)
     results = []
     for step in range(STEPS):
-        x, y, labels = make_data(world, step)[rank]
+        x, y, labels = make_data(world, step, empty="empty_shard" in name)[rank]
         opt.zero_grad()
         value = objective(kind, loss, model(x), y, labels)
         value.backward()

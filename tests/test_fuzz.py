@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -243,3 +244,64 @@ def test_fuzzer_findings(text: str) -> None:
     report = m.verify(raise_on_failure=False)
     assert report.ok, str(report)
     assert time.perf_counter() - start < 20
+
+
+# --- issue 18: the shapes that used to hang, drawn at random, each within a CPU budget ------
+
+_PARTS = ["mcc", "f1", "g_mean", "kappa", "TP/(TP+FP)", "(TP+1)/(n+2)", "TN/(TN+FN+1)",
+          "TP - FP", "2", "0.5"]
+
+
+def _nest(wrappers: list[str], inner: str) -> str:
+    return "".join(wrappers) + inner + ")" * len(wrappers)
+
+
+SHAPES = st.one_of(
+    # variable exponents
+    st.tuples(st.sampled_from(_PARTS), st.sampled_from(_PARTS)).map(lambda t: f"({t[0]})^({t[1]})"),
+    # long sums
+    st.integers(1, 3000).map(lambda k: " + ".join(f"TP/(FP+{i})" for i in range(k))),
+    # wide min/max
+    st.tuples(st.sampled_from(["min", "max"]), st.lists(st.sampled_from(_PARTS), min_size=2,
+                                                        max_size=10))
+    .map(lambda t: f"{t[0]}({', '.join(t[1])})"),
+    # binding chains
+    st.tuples(st.integers(2, 250), st.sampled_from(["+", "*", "/"])).map(
+        lambda t: "\n".join(["a0 = TP/(TP+FP)"]
+                            + [f"a{i} = a{i - 1} {t[1]} (TP+{i})/(n+{i})" for i in range(1, t[0])]
+                            + [f"a{t[0] - 1}"])),
+    # deep unary nesting
+    st.tuples(st.lists(st.sampled_from(["sqrt(", "exp(", "log(1 + ", "abs(", "-("]),
+                       min_size=1, max_size=40), st.sampled_from(_PARTS[:7]))
+    .map(lambda t: _nest(*t)),
+)
+
+
+_SHAPE_EXAMPLES = int(os.environ.get("METRICC_FUZZ_SHAPES", "0"))
+
+
+@settings(max_examples=_SHAPE_EXAMPLES or 5, deadline=None, database=None,
+          derandomize=not _SHAPE_EXAMPLES,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(SHAPES)
+def test_hanging_shapes_are_answered_within_a_budget(text: str) -> None:
+    """compile + check + loss + verify, or a MetricError, within 10 s of CPU time.
+
+    CI runs 5 fixed examples; `METRICC_FUZZ_SHAPES=200 pytest -k hanging_shapes`
+    explores more (the env var sets max_examples and drops derandomize)."""
+    import time
+    import warnings
+
+    start = time.process_time()
+    try:
+        m = metricc.compile(text)
+        m.check()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", metricc.MetricWarning)
+            loss = m.loss()
+        x = torch.rand(8, dtype=torch.float64, requires_grad=True)
+        loss(x, (torch.arange(8) % 2).double()).backward()
+        m.verify(raise_on_failure=False)
+    except metricc.MetricError:
+        pass
+    assert time.process_time() - start < 10.0, text[:200]

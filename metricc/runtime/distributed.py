@@ -72,8 +72,8 @@ class CountPool(torch.nn.Module):
     evaluated at ``C_t = sum_ranks c_t + decay * M_{t-1}`` and the memory becomes
     ``M_t = C_t.detach()``. So ``C_t`` holds this batch's counts (through which
     gradients flow) plus ``sum_{k<t} decay^(t-k) * (global counts of batch k)``,
-    detached. The memory is used and updated only in training mode; ``reset()``
-    (``MetricLoss.reset_memory()``) empties it.
+    detached. The memory is used and updated only in training mode, and only read
+    under ``torch.inference_mode()``; ``reset()`` (``MetricLoss.reset_memory()``) empties it.
 
     >>> pool = CountPool(sync_dist=False, process_group=None, memory_decay=1.0)
     >>> counts = tuple(torch.tensor([v], dtype=torch.float64) for v in (1.0, 2.0, 3.0, 4.0))
@@ -125,6 +125,15 @@ class CountPool(torch.nn.Module):
         if self.sync_dist:
             c = sync_counts(c, self.process_group, differentiable=differentiable)
         if self.memory_decay is not None and self.training:
+            if torch.is_inference_mode_enabled():
+                # An evaluation pass under torch.inference_mode() (still in train mode)
+                # reads the memory but leaves it alone: a buffer made there is an
+                # inference tensor, which the next training step could not update in place.
+                if self.memory is not None and self.memory.shape == c.shape:
+                    c = c + self.memory_decay * self.memory.to(c.dtype)
+                return c.unbind(-1)
+            if self.memory is not None and self.memory.is_inference():
+                self.memory = self.memory.clone()  # made under inference mode elsewhere
             if self.memory is None or self.memory.dtype != c.dtype:
                 # float64 like the counts, also after module.half(): large sums lose
                 # precision (and overflow at 65504) in half precision.

@@ -17,7 +17,7 @@ from ..errors import MetricError
 from .counts import _HALF_MAX, _counts, _rows, _to_input_dtype, _wide, soft_counts
 from .distributed import CountPool, count_pool
 from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
-from .options import check_class_options, check_number, look_up_option
+from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
 
 
@@ -109,7 +109,8 @@ class MetricLoss(torch.nn.Module):
     when none remain: see ``docs/modes.md``.
     ``backward="symbolic"`` runs the backward pass from the metric's symbolic
     partials in one elementwise pass per row; ``"autograd"`` differentiates the
-    forward. Softmax and sigmoid are left to autograd either way.
+    forward. Softmax and sigmoid are left to autograd either way. The target gets
+    no gradient in either mode (it is detached: labels, not parameters).
     ``eps`` guards every denominator, root and log (``docs/numerics.md``);
     ``validate_args`` checks the data for NaN/inf, out-of-range values and class
     indices (one min/max pass; skipped while ``torch.compile`` traces). Half and
@@ -169,19 +170,20 @@ class MetricLoss(torch.nn.Module):
         for name, value in (("backward", backward), ("multidim_average", multidim_average),
                             ("reduction", reduction)):
             look_up_option(name, value)
-        relax.check_options(bool(from_logits))
-        self.amplifier = check_number("amplifier", amplifier)
-        self.slope = check_number("slope", slope)
+        from_logits = check_flag("from_logits", from_logits)
+        relax.check_options(from_logits)
+        self.amplifier = check_number("amplifier", amplifier, positive=True)
+        self.slope = check_number("slope", slope, positive=True)
         self.eps = check_number("eps", eps)
         self.temperature = (relax.check_temperature(temperature, bool(from_logits))
                             if relax.class_wise else check_number("temperature", temperature))
         self.relaxation = relaxation
-        self.offset = float(offset)
-        self.from_logits = bool(from_logits)
+        self.offset = check_number("offset", offset, nonnegative=False)
+        self.from_logits = from_logits
         self.backward_mode = backward
         self.multidim_average = multidim_average
         self.reduction = reduction
-        self.validate_args = bool(validate_args)
+        self.validate_args = check_flag("validate_args", validate_args)
         self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average)
         self.mode = mode
         self.average = average
@@ -268,8 +270,14 @@ class MetricLoss(torch.nn.Module):
         return loss.to(work), support
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        # Targets are labels: no gradient flows into them, whichever the backward (the
+        # symbolic backward never gave one; autograd would have).
+        target = target.detach() if isinstance(target, Tensor) else target
+        # Under sync_dist an empty shard must still join the all-reduce (the other ranks
+        # wait for it): it adds zero counts and gets a zero gradient.
         validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index,
-                        self.validate_args)
+                        self.validate_args,
+                        allow_empty=self.pool is not None and self.pool.sync_dist)
         # One class (binary) makes every average the same; micro is the cheapest.
         average = "micro" if self.mode == "binary" else self.average
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
@@ -293,10 +301,13 @@ class MetricLoss(torch.nn.Module):
                                      and not samplewise and average != "micro"),
                        class_step=step)
         n, k, m = r.s.shape
-        w = None if r.mask is None else r.mask.to(r.s.dtype).expand(n, k, m)
+        # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
+        # is inf in float16, and the counts are summed in float32+ anyway.
+        wdt = _wide(r.s.dtype)
+        w = None if r.mask is None else r.mask.to(wdt).expand(n, k, m)
         if average == "micro" and r.weights is not None:
             # Micro pools the classes' counts, so a class weight scales its elements.
-            cw = r.weights.to(r.s.dtype).view(1, k, 1)
+            cw = r.weights.to(wdt).view(1, k, 1)
             w = cw.expand(n, k, m) if w is None else w * cw
 
         def rows(t: Tensor) -> Tensor:

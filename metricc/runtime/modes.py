@@ -50,7 +50,8 @@ class ClassRows(NamedTuple):
 
 
 def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
-                    ignore_index: int | None, validate_args: bool) -> None:
+                    ignore_index: int | None, validate_args: bool,
+                    allow_empty: bool = False) -> None:
     """Refuse inputs the loss would silently mis-train on, naming the fix.
 
     Type, device, emptiness and (binary) shape checks are free and always
@@ -59,6 +60,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     over each tensor and one device sync; they run when ``validate_args`` is
     true and the module is not being traced by ``torch.compile`` (a
     data-dependent ``if`` would break a ``fullgraph=True`` graph).
+    ``allow_empty`` (under ``sync_dist``): an empty shard still takes part in the
+    all-reduce with zero counts.
     """
     err = MetricError
     if not isinstance(input, Tensor) or not isinstance(target, Tensor):
@@ -78,10 +81,10 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if input.device != target.device:
         raise err(f"input is on {input.device} but target on {target.device}; move both to "
                   "one device")
-    if input.numel() == 0:
+    if input.numel() == 0 and not allow_empty:
         raise err(f"input is empty (shape {tuple(input.shape)}): a confusion matrix of no "
                   "elements has no metric; skip empty batches (if input.numel(): ...)")
-    if not validate_args or torch.compiler.is_compiling():
+    if not validate_args or torch.compiler.is_compiling() or input.numel() == 0:
         return
     x, t = input.detach(), target.detach()
     indices = mode == "multiclass" and t.shape != x.shape  # (N, *) class indices
@@ -159,7 +162,8 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                           f"got {tuple(input.shape)}; for one class per element use "
                           "mode='binary'")
     chosen, weights = select_classes(input.shape[1], classes, class_weights)
-    w_t = None if weights is None else torch.tensor(weights, dtype=input.dtype,
+    # float64: weights of 7e4 (inverse frequencies) are inf in float16.
+    w_t = None if weights is None else torch.tensor(weights, dtype=torch.float64,
                                                      device=input.device)
     idx = None if chosen is None else torch.tensor(chosen, device=input.device)
     if mode == "multilabel":
@@ -194,8 +198,9 @@ def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
     """``(N, 1, M)`` rows of one class; ``mask`` is False where the target is ignored."""
     dtype = input.dtype
     n = input.shape[0] if input.dim() > 0 else 1
-    s = input.reshape(n, 1, -1)
-    t = target.reshape(n, 1, -1)
+    m = math.prod(input.shape[1:])  # not -1: an empty shard (n = 0) has no inferable size
+    s = input.reshape(n, 1, m)
+    t = target.reshape(n, 1, m)
     mask = None if ignore_index is None else t != ignore_index
     y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
     cut = 0.0 if from_logits else threshold
@@ -213,8 +218,9 @@ def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
     if target.shape != input.shape:
         raise err(f"mode='multilabel' needs target of the input's shape {tuple(input.shape)} "
                   f"(one 0/1 label per class), got {tuple(target.shape)}")
-    s = input.reshape(n, c, -1)
-    t = target.reshape(n, c, -1)
+    m = math.prod(input.shape[2:])
+    s = input.reshape(n, c, m)
+    t = target.reshape(n, c, m)
     mask = None if ignore_index is None else t != ignore_index
     y = t.to(dtype) if mask is None else torch.where(mask, t.to(dtype), 0.0)
     cut = 0.0 if from_logits else threshold
@@ -244,10 +250,11 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
         dtype = p.dtype
     else:
         p = torch.softmax(input, dim=1) if from_logits else input
-    s = p.reshape(n, c, -1)
+    m = math.prod(input.shape[2:])
+    s = p.reshape(n, c, m)
     labels = torch.arange(c, device=input.device).view(1, c, 1)
     # argmax of the logits is the argmax of the softmax: presence is decided on the input
-    scores = input.detach().reshape(n, c, -1)
+    scores = input.detach().reshape(n, c, m)
     # max(1).indices is that argmax (first maximum on ties, too) but several times faster
     # on CPU than argmax(1); the loss does without it (see predicted)
     hard = scores.max(1).indices.unsqueeze(1) == labels if need_hard else None
@@ -256,14 +263,14 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
             raise err("ignore_index applies to class-index targets of shape (N, *); with "
                       "one-hot targets (N, C, *) pass class indices (target.argmax(1) with "
                       "the ignored elements set to ignore_index) instead")
-        y = target.reshape(n, c, -1).to(dtype)
+        y = target.reshape(n, c, m).to(dtype)
         mask = None
     elif target.shape == index_shape:
         if target.is_floating_point() or target.is_complex():
             raise err(f"class-index targets of shape {tuple(index_shape)} must be an integer "
                       f"tensor, got {target.dtype}; use target.long(), or pass one-hot "
                       f"targets of shape {tuple(input.shape)}")
-        t = target.reshape(n, 1, -1)
+        t = target.reshape(n, 1, m)
         if ignore_index is None and index_labels:
             return ClassRows(s, t.long(), None, hard, False, None, scores, None, None)
         if labels_checked and ignore_index is None and not torch.compiler.is_compiling():

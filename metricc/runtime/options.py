@@ -114,11 +114,47 @@ def select_classes(num_classes: int, classes: tuple[int, ...] | None,
     return (None if classes is None else chosen), weights
 
 
-def check_number(name: str, value: Any) -> float:
-    """``value`` as a float if it is a finite number >= 0, else a :class:`MetricError`."""
-    if not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
-        raise MetricError(f"{name} must be a finite number >= 0, got {value!r}")
+def check_number(name: str, value: Any, *, positive: bool = False,
+                 nonnegative: bool = True) -> float:
+    """``value`` as a float if it is a finite number in range, else a :class:`MetricError`.
+
+    Numbers only: a string, a bool (``True`` is 1) or NaN would otherwise be
+    coerced, and end up as a NaN loss or a string in a generated file.
+
+    >>> check_number("amplifier", 50)
+    50.0
+    >>> check_number("offset", float("nan"), nonnegative=False)
+    Traceback (most recent call last):
+    ...
+    metricc.errors.MetricError: offset must be a finite number, got nan
+    """
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if positive:
+        if not (ok and value > 0):
+            raise MetricError(f"{name} must be a finite number > 0, got {value!r}")
+    elif nonnegative:
+        if not (ok and value >= 0):
+            raise MetricError(f"{name} must be a finite number >= 0, got {value!r}")
+    elif not ok:
+        raise MetricError(f"{name} must be a finite number, got {value!r}")
     return float(value)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False``, else a :class:`MetricError`.
+
+    ``bool("no")`` is ``True``: a flag given as a string is refused, not coerced.
+
+    >>> check_flag("from_logits", "no")
+    Traceback (most recent call last):
+    ...
+    metricc.errors.MetricError: from_logits must be True or False, got 'no'
+    """
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)  # numpy's booleans (e.g. a comparison of numpy numbers)
+    if not isinstance(value, bool):
+        raise MetricError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def _as_sequence(name: str, value: Any) -> list[Any]:
