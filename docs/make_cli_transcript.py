@@ -48,8 +48,15 @@ SESSION: list[tuple[str, list[str] | tuple[str, str]]] = [
     ("Cohen's kappa is not monotone in FP or FN: below chance level more false positives can "
      "raise it. Sampling finds points of both signs (each confirmed with 30-digit arithmetic).",
      ["check", "cohen_kappa"]),
+    ("Within a batch P and N are fixed: a positive's score rising turns an FN "
+     "into a TP, a negative's turns a TN into an FP. The verdict on training is decided along "
+     "these two moves (the signs of `f_TP - f_FN` and `f_FP - f_TN`): this formula rises with FN "
+     "through `n`, but FN only grows at TP's expense, and along that move it falls.",
+     ["check", "TP/(TP+FP) - 0.5*FP/n"]),
     ("A formula that would train the wrong way is flagged, and `check` exits with status 1.",
      ["check", "FP/(TP+FP)"]),
+    ("So is a formula of P and N only: no prediction changes it, its gradient is zero.",
+     ["check", "P/N"]),
     ("## `metricc compile`: a standalone loss file\n\nThe file imports only torch. Without "
      "`-o` it goes to stdout; here it is written to a file, with the default options of the "
      "class chosen on the command line.",

@@ -8,7 +8,7 @@ on a slow machine a verdict may be sampled where a fast one proves it. SymPy onl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -19,7 +19,7 @@ from .budget import evaluate, evaluator, float_evaluator, limit, spent
 from .errors import MetricError
 from .symbols import COUNTS, TO_POSITIVE
 
-__all__ = ["DIRECTIONS", "CheckReport", "Monotonicity", "check"]
+__all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check"]
 
 #: The verdicts :func:`check` gives for the monotonicity in one count.
 DIRECTIONS = ("increasing", "decreasing", "constant", "mixed", "unknown")
@@ -93,28 +93,38 @@ class CheckReport:
     #: The symbolic proofs ran out of time (:data:`metricc.budget.PROOF_SECONDS`);
     #: the verdicts they did not reach are sampled, and say so.
     budget_spent: bool = False
+    #: How the metric moves along the changes a batch allows (see :data:`MOVES`): keys
+    #: ``"FN->TP"`` (a positive's score rises) and ``"TN->FP"`` (a negative's score rises).
+    moves: dict[str, Monotonicity] = field(default_factory=dict)
+
+    @property
+    def depends_on_predictions(self) -> bool:
+        """False when neither move changes the metric (``P/N``): its loss has zero gradient."""
+        return not self.moves or any(m.direction != "constant" for m in self.moves.values())
 
     def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
-        """``{count: why}`` for each count in which the metric moves against training.
+        """``{move: why}`` for each feasible move along which the metric goes against training.
 
-        With ``higher_is_better`` the metric should not decrease with TP or TN nor
-        increase with FP or FN (the reverse when lower is better). ``mixed`` and
-        ``unknown`` are not flagged: they may be right in the region that matters.
+        Within a batch ``P`` and ``N`` are fixed, so the counts change only in pairs:
+        a positive's score rising turns an FN into a TP, a negative's turns a TN into
+        an FP. With ``higher_is_better`` the metric must not decrease along the first
+        (``f_TP - f_FN >= 0``) nor increase along the second (``f_FP - f_TN <= 0``);
+        the reverse when lower is better. ``mixed`` and ``unknown`` are not flagged:
+        they may be right in the region that matters.
         """
         hib = self.higher_is_better if higher_is_better is None else higher_is_better
         if hib is None:
             hib = True
         loss = "1 - metric" if hib else "the metric itself (lower is better)"
         out: dict[str, str] = {}
-        for k, m in self.monotonicity.items():
-            good_up = k in ("TP", "TN")
-            bad = "decreasing" if good_up == hib else "increasing"
+        for key, m in self.moves.items():
+            positive = key == "FN->TP"
+            bad = "decreasing" if positive == hib else "increasing"
             if m.direction == bad:
-                noun = {"TP": "true positives", "TN": "true negatives",
-                        "FP": "false positives", "FN": "false negatives"}[k]
-                verb = "penalises" if good_up else "rewards"
-                out[k] = (f"the metric is {bad} in {k} ({m.method}), so minimising the loss "
-                          f"{loss} {verb} {noun}")
+                who, old, new = ("a positive", "an FN", "a TP") if positive else ("a negative", "a TN", "an FP")
+                effect = ("penalises true positives" if positive else "rewards false positives")
+                out[key] = (f"the metric is {bad} as {who}'s score rises ({old} becomes "
+                            f"{new}; {m.method}), so minimising the loss {loss} {effect}")
         return out
 
     def __str__(self) -> str:
@@ -128,6 +138,9 @@ class CheckReport:
                 lines.append(f"{title}: nowhere (for nonnegative counts)")
         lines.append("monotonicity (as each count grows, over positive counts):")
         lines.extend(f"  {k}: {m}" for k, m in self.monotonicity.items())
+        if self.moves:
+            lines.append("along the moves a batch allows (P and N fixed):")
+            lines.extend(f"  {_MOVE_TEXT[k]} ({k}): {m}" for k, m in self.moves.items())
         lo = "?" if self.lower is None else str(self.lower)
         hi = "?" if self.upper is None else str(self.upper)
         if self.lower is None and self.upper is None:
@@ -142,15 +155,33 @@ class CheckReport:
         if self.budget_spent:
             lines.append("note: symbolic proofs stopped at the time budget; verdicts marked "
                          "(sampled) are from sample points, not proofs")
-        if self.higher_is_better is not None:
+        if not self.depends_on_predictions:
+            lines.append("as a loss: DOES NOT DEPEND ON THE PREDICTIONS (only on P and N, which "
+                         "the labels fix): its gradient is zero everywhere, it cannot train")
+        elif self.higher_is_better is not None:
             wrong = self.wrong_way()
             direction = "higher is better" if self.higher_is_better else "lower is better"
             if wrong:
                 lines.append(f"as a loss ({direction}): TRAINS THE WRONG WAY")
                 lines.extend(f"  {why}" for why in wrong.values())
             else:
-                lines.append(f"as a loss ({direction}): no count moves it the wrong way")
+                lines.append(f"as a loss ({direction}): no feasible move takes it the wrong way")
         return "\n".join(lines)
+
+
+#: The feasible moves: name -> (count that grows, count that shrinks).
+MOVES = {"FN->TP": ("TP", "FN"), "TN->FP": ("FP", "TN")}
+_MOVE_TEXT = {"FN->TP": "a positive's score rises", "TN->FP": "a negative's score rises"}
+
+
+def _moves(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
+    """The metric's direction along each feasible move: the sign of ``f_TP - f_FN``, ``f_FP - f_TN``."""
+    out = {}
+    for key, (up, down) in MOVES.items():
+        # No cancel() here: on wide formulas (min of many terms) it alone took seconds;
+        # _sign simplifies within its own size limit and time budget.
+        out[key] = _direction(key, gradient[up] - gradient[down])
+    return out
 
 
 def _positive(e: sympy.Expr) -> sympy.Expr:
@@ -272,24 +303,21 @@ def _sampled_direction(d: sympy.Expr) -> str:
     return "constant" if not pos and not neg else "unknown"
 
 
+def _direction(k: str, d: sympy.Expr) -> Monotonicity:
+    """The sign of the derivative ``d`` over positive counts, proved where SymPy can."""
+    if d == 0:
+        return Monotonicity(k, "constant", "symbolic")
+    sampled = _sampled_direction(d)
+    if sampled == "mixed":  # two confirmed witnesses: no proof of a sign can exist
+        return Monotonicity(k, "mixed", "sampled")
+    s = _sign(_positive(d))
+    if s is not None:
+        return Monotonicity(k, {1: "increasing", -1: "decreasing", 0: "constant"}[s], "symbolic")
+    return Monotonicity(k, sampled, "sampled")
+
+
 def _monotonicity(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
-    out: dict[str, Monotonicity] = {}
-    for k in COUNTS:
-        d = gradient[k]
-        if d == 0:
-            out[k] = Monotonicity(k, "constant", "symbolic")
-            continue
-        sampled = _sampled_direction(d)
-        if sampled == "mixed":  # two confirmed witnesses: no proof of a sign can exist
-            out[k] = Monotonicity(k, "mixed", "sampled")
-            continue
-        s = _sign(_positive(d))
-        if s is not None:
-            direction = {1: "increasing", -1: "decreasing", 0: "constant"}[s]
-            out[k] = Monotonicity(k, direction, "symbolic")
-        else:
-            out[k] = Monotonicity(k, sampled, "sampled")
-    return out
+    return {k: _direction(k, gradient[k]) for k in COUNTS}
 
 
 def _bounds(expr: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None,
@@ -340,5 +368,6 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
         undefined, rough = singularities(expr)
         lower, upper, sampled = _bounds(expr)
         monotonicity = _monotonicity(gradient)
+        moves = _moves(gradient)
     return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled,
-                       higher_is_better, budget.exhausted)
+                       higher_is_better, budget.exhausted, moves)

@@ -202,7 +202,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_PROBLEM
     print(verification)
     ok = bool(getattr(verification, "ok", True))
-    return EXIT_OK if ok and not report.wrong_way() else EXIT_PROBLEM
+    # K x K reports (MatrixCheckReport) decide their direction in wrong_way() alone.
+    trains = getattr(report, "depends_on_predictions", True) and not report.wrong_way()
+    return EXIT_OK if ok and trains else EXIT_PROBLEM
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -264,8 +266,8 @@ example:
   metricc check mcc
   metricc check "FP/(TP+FP)"          # exits 1: this loss would train the wrong way
 
-exit status: 0 all good, 1 the loss trains the wrong way or verification failed,
-2 a usage or formula error.""",
+exit status: 0 all good, 1 the loss trains the wrong way (or not at all: a formula of
+P and N only) or verification failed, 2 a usage or formula error.""",
     "list": """\
 example:
   metricc list""",
@@ -293,8 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("compile", cmd_compile, "write a standalone loss module that needs only torch")
     _add_formula(p, "FORMULA_OR_NAME")
     p.add_argument("--relaxation", choices=RELAXATION_NAMES, default=None,
-                   help="how predictions are relaxed to soft 0/1 (default: anyloss; K x K "
-                        "metrics: their own default, a sharpened softmax)")
+                   help="how predictions are relaxed to soft 0/1 (default: softmax with "
+                        "--option mode=multiclass, else anyloss; K x K metrics: their own "
+                        "default, a sharpened softmax)")
     p.add_argument("--name", metavar="CLASS",
                    help="the loss class name (default: from the metric, e.g. F1Loss)")
     p.add_argument("--from-logits", action="store_true",

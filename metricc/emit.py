@@ -257,7 +257,7 @@ def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: 
         "__doc__": f"Loss for the metric {formula!r} = {expr}.",
     }
     class_name = ("".join(part.capitalize() for part in name.split("_")) + "Loss" if name
-                  else "MetricLoss_")
+                  else "CustomMetricLoss")
     attrs["forward"] = own_copy(MetricLoss.forward, f"{class_name}.forward")
     return type(class_name, (MetricLoss,), attrs)
 

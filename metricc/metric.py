@@ -80,6 +80,17 @@ class Metric:
         self._kernels_source: str | None = None
         self._loss_class: type[MetricLoss] | None = None
         self._check: CheckReport | None = None
+        #: How to compile this metric again: ``compile``'s arguments (see ``__reduce__``).
+        self._spec: tuple[Any, ...] = (
+            self.text, tuple(self.parameters.items()), higher_is_better,
+            tuple(c.text for c in self.constraints[len(formula.constraints):]))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The generated loss class cannot be pickled: a Metric travels as its formula,
+        # parameters and direction (compile's own arguments), and is compiled again where
+        # it lands, from compile's cache in a process that compiled it already (e.g.
+        # inside a pickled StatefulMetric, or a pickled loss below).
+        return (_rebuild_metric, self._spec)
 
     def _check_expr(self, expr: sympy.Expr) -> None:
         if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
@@ -98,14 +109,6 @@ class Metric:
             # The loss would be NaN, with NaN gradients, wherever a batch lands there.
             raise MetricError(f"formula {self.text.strip()!r} is not real for all counts: "
                               f"{problem}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The generated loss class cannot be pickled: a Metric travels as its formula and is
-        # compiled again (cached) where it lands, e.g. inside a pickled StatefulMetric.
-        # Constraints given to compile() (not in the text) travel as their texts.
-        given = tuple(c.text for c in self.constraints[len(self.formula.constraints):])
-        return (_recompile, (self.text, tuple(sorted(self.parameters.items())),
-                             self.higher_is_better, given))
 
     def __repr__(self) -> str:
         label = self.name or self.text.strip()
@@ -207,13 +210,25 @@ class Metric:
             out = torch.where(bad, torch.full_like(out, float(zero_division)), out)
         return out.to(out_dtype) if tensor_in else float(out)
 
-    def score(self, preds: Any, target: Any, threshold: float = 0.5, *,
+    def score(self, preds: Any, target: Any, threshold: float | None = None, *,
               zero_division: float | None = None, mode: str = "binary",
               average: str = "macro", ignore_index: int | None = None, classes: Any = None,
-              class_weights: Any = None, num_classes: int | None = None) -> Any:
+              class_weights: Any = None, num_classes: int | None = None,
+              from_logits: bool = False, multidim_average: str = "global",
+              reduction: str = "mean") -> Any:
         """The exact metric on hard labels: ``preds >= threshold`` against 0/1 ``target``.
 
-        ``preds`` may hold probabilities or 0/1 labels (tensors, arrays or lists).
+        ``preds`` may hold probabilities or 0/1 labels (tensors, arrays or lists),
+        or logits with ``from_logits=True`` (the decision is then
+        ``sigmoid(logit) >= threshold``). ``threshold`` defaults to 0.5, and then
+        binary and multilabel scores outside ``[0, 1]`` without ``from_logits`` are
+        refused, as the loss refuses them; an explicit ``threshold`` applies to the
+        scores on their own scale (a logit threshold from :meth:`best_threshold`).
+        Multiclass scores may be logits or probabilities: their argmax is the same.
+        ``multidim_average="samplewise"`` scores each sample on its own and
+        combines them by ``reduction`` (``mean``, ``sum``, ``none``: a float64
+        tensor per sample), skipping samples with neither target nor prediction,
+        as the loss does.
         ``mode="multiclass"`` takes ``(N, C, *)`` scores (argmax) or ``(N, *)``
         integer labels with ``num_classes``, against ``(N, *)`` class indices
         or ``(N, C, *)`` one-hot targets; ``mode="multilabel"`` thresholds
@@ -234,7 +249,9 @@ class Metric:
             raise MetricError(micro_tn_refusal(self.name))
         return score(self.value, preds, target, threshold, zero_division=zero_division,
                      mode=mode, average=average, ignore_index=ignore_index, classes=classes,
-                     class_weights=class_weights, num_classes=num_classes)
+                     class_weights=class_weights, num_classes=num_classes,
+                     from_logits=from_logits, multidim_average=multidim_average,
+                     reduction=reduction)
 
     def metric(self, *, mode: str = "binary", num_classes: int | None = None,
                threshold: float = 0.5, from_logits: bool = False, average: str = "macro",
@@ -304,18 +321,27 @@ class Metric:
         if self._loss_class is None:
             from .emit import build_loss_class
 
-            self._loss_class = build_loss_class(
+            cls = build_loss_class(
                 self.kernels_source, self.name, self.text.strip(), self.expr,
                 self.higher_is_better,
                 micro_refusal=(micro_tn_refusal(self.name)
                                if COUNTS["TN"] in self.expr.free_symbols else ""))
+            # Generated classes live in no importable module, so pickle could not find
+            # them by name: their modules pickle as the metric's spec plus their state.
+            cls._metric_spec = self._spec  # type: ignore[attr-defined]
+            cls.__reduce_ex__ = _reduce_loss  # type: ignore[method-assign,assignment]
+            self._loss_class = cls
         return self._loss_class
 
-    def loss(self, relaxation: str = "anyloss", *, warn_monotonicity: bool = True,
+    def loss(self, relaxation: str | None = None, *, warn_monotonicity: bool = True,
              **options: Any) -> MetricLoss:
         """A ``torch.nn.Module`` computing ``1 - metric`` on the relaxed confusion matrix.
 
+        ``relaxation``: ``anyloss`` (the default, except in multiclass mode), ``linear``,
+        ``sigmoid``, or ``softmax`` (the multiclass default: the relaxed argmax
+        ``softmax(logits / temperature)``, see docs/modes.md).
         Options: ``amplifier`` (73), ``slope``/``offset`` (sigmoid relaxation),
+        ``temperature`` (1, softmax relaxation),
         ``from_logits``, ``backward`` (``"symbolic"`` or ``"autograd"``),
         ``multidim_average`` (``"global"`` or ``"samplewise"``), ``reduction``, ``eps``,
         ``mode`` (``"binary"``, ``"multiclass"``, ``"multilabel"``), ``average``
@@ -329,8 +355,10 @@ class Metric:
         see docs/weights-and-soft-labels.md.
 
         A :class:`metricc.MetricWarning` is issued when :meth:`check` finds the
-        metric moving the wrong way for training (increasing with FP or FN, or
-        decreasing with TP or TN, reversed when lower is better); pass
+        metric moving the wrong way along a move a batch allows (decreasing as a
+        positive's score turns an FN into a TP, or increasing as a negative's turns
+        a TN into an FP; reversed when lower is better), or not depending on the
+        predictions at all (``P/N``); pass
         ``warn_monotonicity=False`` (or filter ``MetricWarning`` with the
         :mod:`warnings` module) to silence it.
 
@@ -363,10 +391,23 @@ class Metric:
         return module
 
     def _warn_monotonicity(self) -> None:
-        wrong = self.check().wrong_way()
+        import warnings
+
+        report = self.check()
+        if not report.depends_on_predictions:
+            warnings.warn(
+                f"the loss for {self.name or self.text.strip()!r} does not depend on the "
+                "predictions: raising a positive's score (FN -> TP) or a negative's (TN -> FP) "
+                "leaves the metric unchanged, so its gradient is zero everywhere and it cannot "
+                "train (it depends only on P and N, which the labels fix). Check the formula; "
+                "silence this with loss(..., warn_monotonicity=False).",
+                MetricWarning,
+                stacklevel=3,
+            )
+            return
+        wrong = report.wrong_way()
         if not wrong:
             return
-        import warnings
 
         fix = ("compile it with higher_is_better=False (metricc CLI: --lower-is-better) if "
                "lower values are better" if self.higher_is_better else
@@ -585,8 +626,28 @@ def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None
 
 def _recompile(text: str, params: tuple[tuple[str, float], ...], higher_is_better: bool,
                constraints: tuple[str, ...] = ()) -> Metric:
+    """How a K x K ``MatrixMetric`` unpickles (``metricc.matrix_metric``)."""
     return compile(text, higher_is_better=higher_is_better, constraints=constraints or None,
                    **dict(params))
+
+
+def _rebuild_metric(formula: str, param_items: tuple[tuple[str, float], ...],
+                    higher_is_better: bool | None, constraints: tuple[str, ...] = ()) -> Metric:
+    """Unpickle a :class:`Metric`: compile it again (a cache hit if it was compiled here)."""
+    return compile(formula, higher_is_better=higher_is_better,
+                   constraints=constraints or None, **dict(param_items))
+
+
+def _rebuild_loss(spec: tuple[Any, ...]) -> MetricLoss:
+    """Unpickle a loss module: an empty instance of its metric's (re)compiled loss class;
+    pickle then restores its state (options, buffers, memory) with ``__setstate__``."""
+    cls = _rebuild_metric(*spec).loss_class
+    return cls.__new__(cls)
+
+
+def _reduce_loss(self: MetricLoss, protocol: int) -> tuple[Any, ...]:
+    """``__reduce_ex__`` of generated loss classes (pickle, ``copy.deepcopy``, ``torch.save``)."""
+    return (_rebuild_loss, (type(self)._metric_spec,), self.__dict__)  # type: ignore[attr-defined]
 
 
 @lru_cache(maxsize=256)
@@ -629,10 +690,14 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
                                   f"{formula.strip()!r} is a K x K metric")
             from .matrix_metric import MatrixMetric
 
-            return MatrixMetric(parsed, given, name, direction)  # type: ignore[return-value]
-        built: tuple[Any, ...] = ()
-        if parsed.constraints or constraints:
-            from .constraints import build_constraints
+            metric: Metric = MatrixMetric(parsed, given, name, direction)  # type: ignore[assignment]
+        else:
+            built: tuple[Any, ...] = ()
+            if parsed.constraints or constraints:
+                from .constraints import build_constraints
 
-            built = build_constraints(parsed, constraints, _constraint_metric)
-        return Metric(parsed, given, name, direction, built)
+                built = build_constraints(parsed, constraints, _constraint_metric)
+            metric = Metric(parsed, given, name, direction, built)
+        # this very cache entry, for pickling
+        metric._spec = (formula, param_items, higher_is_better, constraints)
+        return metric

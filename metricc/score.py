@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from .errors import MetricError
-from .runtime.modes import _binary_validate, class_average_weights, class_rows
-from .runtime.options import check_class_options, select_classes
+from .runtime.modes import _binary_validate, class_average_weights, class_rows, reduce_samples
+from .runtime.options import check_class_options, look_up_option, select_classes
 
 __all__ = ["score", "score_classes"]
 
@@ -28,32 +28,64 @@ __all__ = ["score", "score_classes"]
 Value = Callable[..., Any]
 
 
-def score(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
+def score(value: Value, preds: Any, target: Any, threshold: float | None = None, *,
           zero_division: float | None = None, mode: str = "binary", average: str = "macro",
           ignore_index: int | None = None, classes: Any = None, class_weights: Any = None,
-          num_classes: int | None = None) -> Any:
+          num_classes: int | None = None, from_logits: bool = False,
+          multidim_average: str = "global", reduction: str = "mean") -> Any:
     """The metric on hard labels; see :meth:`metricc.Metric.score`."""
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-            or math.isnan(threshold):
+    if threshold is not None and (isinstance(threshold, bool)
+                                  or not isinstance(threshold, (int, float))
+                                  or math.isnan(threshold)):
         # A nan threshold makes every comparison False: a silent 0.0. (±inf are fine:
         # every element negative, or positive.)
         raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
-    if mode != "binary" or ignore_index is not None:
+    if mode != "binary" or ignore_index is not None or multidim_average != "global":
         return score_classes(value, preds, target, threshold, mode=mode, average=average,
                              ignore_index=ignore_index, classes=classes,
                              class_weights=class_weights, num_classes=num_classes,
-                             zero_division=zero_division)
-    return _score_binary(value, preds, target, threshold, zero_division)
+                             zero_division=zero_division, from_logits=from_logits,
+                             multidim_average=multidim_average, reduction=reduction)
+    return _score_binary(value, preds, target, threshold, zero_division, from_logits)
 
 
-def _score_binary(value: Value, preds: Any, target: Any, threshold: float,
-                  zero_division: float | None) -> float:
+def _decision(p: Tensor, threshold: float | None, from_logits: bool) -> tuple[Tensor, float]:
+    """``(scores, cut)`` such that ``scores >= cut`` is the hard prediction of ``p``.
+
+    0/1 labels pass as they are (other integers are refused). Probabilities are cut
+    at ``threshold`` (0.5 by default), logits (``from_logits``) through their sigmoid.
+    Without a ``threshold``, scores outside ``[0, 1]`` are refused unless
+    ``from_logits``, as the loss refuses them: thresholding logits at 0.5 would
+    silently be the wrong decision. An explicit ``threshold`` applies to the scores
+    as they are, on any scale (``best_threshold`` picks thresholds among the scores).
+    """
+    cut = 0.5 if threshold is None else threshold
+    if not p.is_floating_point():
+        if p.dtype != torch.bool and p.numel() and not bool(((p == 0) | (p == 1)).all()):
+            raise MetricError("preds holds integers other than 0 and 1; pass 0/1 labels, or "
+                              "probabilities (or logits with from_logits=True) as floats")
+        return p, cut
+    if p.numel():
+        lo, hi = (float(v) for v in torch.aminmax(p.detach()))
+        if math.isnan(lo) or math.isnan(hi):
+            raise MetricError("preds contains NaN")
+        if threshold is None and not from_logits and (lo < 0 or hi > 1):
+            raise MetricError(f"preds has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
+                              "from_logits=False: pass from_logits=True if these are logits (the "
+                              "decision is then sigmoid(logit) >= 0.5), apply torch.sigmoid "
+                              "first, or give the threshold on their own scale")
+    return (torch.sigmoid(p.double()) if from_logits else p), cut
+
+
+def _score_binary(value: Value, preds: Any, target: Any, threshold: float | None,
+                  zero_division: float | None, from_logits: bool = False) -> float:
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target)
     _binary_validate(p, t, ("preds", "target"), "")
     _check_preds(p, t)
     _check_01(t, None, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
-    hard = (p >= threshold) if p.is_floating_point() else (p != 0)
+    scores, cut = _decision(p, threshold, from_logits)
+    hard = (scores >= cut) if scores.is_floating_point() else (scores != 0)
     yt = t.to(torch.bool)
     f64 = torch.float64
     tp = (hard & yt).sum(dtype=f64)
@@ -63,11 +95,12 @@ def _score_binary(value: Value, preds: Any, target: Any, threshold: float,
     return float(value(tp, fp, fn, tn, zero_division=zero_division))
 
 
-def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5, *,
+def score_classes(value: Value, preds: Any, target: Any, threshold: float | None = None, *,
                   mode: str = "multiclass", average: str = "macro",
                   ignore_index: int | None = None, classes: Any = None,
                   class_weights: Any = None, num_classes: int | None = None,
-                  zero_division: float | None = None) -> float | Tensor:
+                  zero_division: float | None = None, from_logits: bool = False,
+                  multidim_average: str = "global", reduction: str = "mean") -> float | Tensor:
     """The metric on hard labels, per class and averaged; see :meth:`metricc.Metric.score`.
 
     >>> import metricc
@@ -77,42 +110,73 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float = 0.5,
     """
     ignore_index, classes, class_weights = check_class_options(
         mode, average, ignore_index, classes, class_weights)
+    samplewise = look_up_option("multidim_average", multidim_average) == "samplewise"
+    look_up_option("reduction", reduction)
     p = torch.as_tensor(preds)
     t = torch.as_tensor(target, device=p.device)  # counted where the predictions are
     _check_preds(p, t)
     if mode == "binary":
         _binary_validate(p, t, ("preds", "target"), "")
-        keep = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=bool)
-        return _score_binary(value, p[keep], t[keep], threshold, zero_division)
-
-    if mode == "multilabel":
+        if p.numel() == 0:
+            raise MetricError("score() needs at least one prediction")
+        mask = None if ignore_index is None else t != ignore_index
+        _check_01(t, mask, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
+        scores = p
+        average = "micro"  # one class: every average is the same
+    elif mode == "multilabel":
         scores = _multilabel_validate_hard(p, t, ignore_index)
     else:
+        # No range check: the argmax of logits is the argmax of their softmax.
         scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
-    hard, y, mask = _hard_rows(scores, t, mode, threshold, ignore_index, classes, class_weights)
+    cut = 0.5
+    if mode != "multiclass":
+        scores, cut = _decision(scores, threshold, from_logits)
+    hard, y, mask = _hard_rows(scores, t, mode, cut, ignore_index, classes, class_weights)
     f64 = torch.float64
-    dims = (0, 2)
-    tp = (hard & y & mask).sum(dims, dtype=f64)
-    fp = (hard & ~y & mask).sum(dims, dtype=f64)
-    fn = (~hard & y & mask).sum(dims, dtype=f64)
-    tn = (~hard & ~y & mask).sum(dims, dtype=f64)
+    # One row of per-class counts for the batch, or one per sample (samplewise): (S, K).
+    k = hard.shape[1]
+    rows = hard.shape[0] if samplewise else 1
+    dims: tuple[int, ...] = (2,) if samplewise else (0, 2)
+    tp, fp, fn, tn = ((a & b & mask).sum(dims, dtype=f64).reshape(rows, k)
+                      for a, b in ((hard, y), (hard, ~y), (~hard, y), (~hard, ~y)))
     # The weights again, in float64 (class_rows gives them in the scores' dtype).
-    _, weights = select_classes(scores.shape[1], classes, class_weights)
+    weights = None
+    if mode != "binary":
+        _, weights = select_classes(scores.shape[1], classes, class_weights)
     w = None if weights is None else torch.tensor(weights, dtype=f64, device=tp.device)
-
+    present = (tp + fp + fn) > 0
     if average == "micro":
         # Pool the per-class matrices (class weights scale each class's counts).
-        pooled = [(x if w is None else x * w).sum() for x in (tp, fp, fn, tn)]
-        return float(value(*pooled, zero_division=zero_division))
-    if average == "none":
-        return value(tp, fp, fn, tn, zero_division=zero_division)
-    present = (tp + fp + fn) > 0
-    v = class_average_weights(present[None], (tp + fn)[None], w, average)[0]
-    # Only classes that take part are evaluated: an absent class's 0/0 never raises.
-    used = v > 0
-    values = torch.zeros_like(v)
-    values[used] = value(tp[used], fp[used], fn[used], tn[used], zero_division=zero_division)
-    return float((v * values).sum())
+        tp, fp, fn, tn = ((x if w is None else x * w).sum(-1, keepdim=True)
+                          for x in (tp, fp, fn, tn))
+        present = present.any(-1, keepdim=True)
+    if average in ("micro", "none"):
+        # Globally every class is reported (average="none"); per sample, absent ones are skipped.
+        used = present if samplewise else torch.ones_like(present)
+        per, keep = _values(value, (tp, fp, fn, tn), used, zero_division), present
+        if average == "micro":
+            per, keep = per[:, 0], keep[:, 0]
+    else:
+        v = class_average_weights(present, tp + fn, w, average)
+        keep = present.any(-1)
+        # Only classes (and samples) that take part are evaluated: an absent one's 0/0 never raises.
+        used = (v > 0) & (keep[:, None] | ~keep.any())
+        per = (v * _values(value, (tp, fp, fn, tn), used, zero_division)).sum(-1)
+    if not samplewise:
+        return float(per[0]) if per.dim() == 1 else per[0]
+    out = reduce_samples(per, keep, reduction)
+    return float(out) if out.dim() == 0 else out
+
+
+def _values(value: Value, counts: tuple[Tensor, ...], used: Tensor,
+            zero_division: float | None) -> Tensor:
+    """The metric at ``counts`` where ``used`` (else 0); where nothing is used, everywhere."""
+    if not bool(used.any()):
+        used = torch.ones_like(used)
+    out = torch.zeros(used.shape, dtype=torch.float64, device=used.device)
+    out[used] = torch.as_tensor(value(*(x[used] for x in counts), zero_division=zero_division),
+                                dtype=torch.float64)
+    return out
 
 
 def _check_preds(p: Tensor, t: Tensor) -> None:

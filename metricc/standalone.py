@@ -42,6 +42,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.relax",
         "metricc.runtime.counts",
         "metricc.runtime.distributed",
+        "metricc.runtime.hints",
         "metricc.runtime.modes",
         "metricc.runtime.weights",
         "metricc.runtime.loss",
@@ -266,7 +267,7 @@ def _used_names(tree: ast.AST) -> set[str]:
 
 
 def emit_standalone(metric: Metric, class_name: str | None = None,
-                    relaxation: str = "anyloss", *, warn_monotonicity: bool = True,
+                    relaxation: str | None = None, *, warn_monotonicity: bool = True,
                     **defaults: Any) -> str:
     """Source of one self-contained module (needs only torch) holding ``class_name``.
 
@@ -308,7 +309,9 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
     metric.loss(relaxation, warn_monotonicity=warn_monotonicity, **defaults)
 
     # Lists become tuples: a mutable default argument would be shared between instances.
-    chosen = {"relaxation": relaxation,
+    # No relaxation given: the class keeps MetricLoss's default (softmax in multiclass
+    # mode, else anyloss), decided from the mode at construction.
+    chosen = {**({"relaxation": relaxation} if relaxation is not None else {}),
               **{k: tuple(v) if isinstance(v, list) else v for k, v in defaults.items()}}
     params = _init_params()
     sig, call = ["        self,"], []
@@ -367,7 +370,7 @@ def emit_standalone(metric: Metric, class_name: str | None = None,
         "",
         "Usage::",
         "",
-        f"    loss_fn = {name}()  # defaults: {shown}",
+        f"    loss_fn = {name}()" + (f"  # defaults: {shown}" if shown else ""),
         f"    loss = loss_fn({'logits' if chosen.get('from_logits') else 'probabilities'}, targets)",
         "    loss.backward()",
     ]

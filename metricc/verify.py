@@ -161,10 +161,10 @@ class _ExactNumbers(ast.NodeTransformer):
         return ast.copy_location(call, node)
 
 
-def _run_symbolically(source: str, fn: str, *args: Any) -> Any:
+def _run_symbolically(source: str, fn: str, *args: Any, torch: Any = None) -> Any:
     """Execute our own generated (or runtime) source on SymPy symbols, numbers kept exact."""
     tree = ast.fix_missing_locations(_ExactNumbers().visit(ast.parse(source)))
-    namespace: dict[str, Any] = {"torch": _sympy_torch(), "Tensor": object, "Any": object,
+    namespace: dict[str, Any] = {"torch": torch or _sympy_torch(), "Tensor": object, "Any": object,
                                  "staticmethod": lambda f: f,
                                  "_sympy_Integer": sympy.Integer, "_sympy_Float": sympy.Float}
     exec(compile(tree, f"<metricc verify {fn}>", "exec"), namespace)
@@ -209,6 +209,8 @@ def _symbolic_relaxation_checks(report: VerificationReport) -> None:
     s = _Score("s", real=True)
     amp, slope, offset = sympy.symbols("amplifier slope offset", real=True)
     for relaxation, r, from_logits in _relaxation_cases():
+        if r.class_wise:  # their elementwise part is Linear's; see _symbolic_class_checks
+            continue
         src = "\n".join(textwrap.dedent(inspect.getsource(getattr(type(r), fn)))
                         for fn in ("value", "derivative"))
         args = (s, amp, slope, offset, from_logits)
@@ -220,6 +222,99 @@ def _symbolic_relaxation_checks(report: VerificationReport) -> None:
             f"relax_grad == d relax/ds ({relaxation}, from_logits={from_logits})", ok,
             "proved equal (simplify)" if ok else f"difference {diff}",
         ))
+
+
+class _Classes:
+    """A ``(1, C)`` score vector of SymPy expressions, classes on dim 1, for running a
+    class-wise relaxation's own source symbolically (the few tensor methods it calls)."""
+
+    def __init__(self, items: list[sympy.Expr]) -> None:
+        self.items = items
+
+    def _zip(self, other: Any, op: Any) -> _Classes:
+        rhs = other.items if isinstance(other, _Classes) else [other] * len(self.items)
+        return _Classes([op(a, b) for a, b in zip(self.items, rhs, strict=True)])
+
+    def __add__(self, o: Any) -> _Classes: return self._zip(o, lambda a, b: a + b)
+    def __radd__(self, o: Any) -> _Classes: return self._zip(o, lambda a, b: b + a)
+    def __sub__(self, o: Any) -> _Classes: return self._zip(o, lambda a, b: a - b)
+    def __rsub__(self, o: Any) -> _Classes: return self._zip(o, lambda a, b: b - a)
+    def __mul__(self, o: Any) -> _Classes: return self._zip(o, lambda a, b: a * b)
+    def __rmul__(self, o: Any) -> _Classes: return self._zip(o, lambda a, b: b * a)
+    def __truediv__(self, o: Any) -> _Classes: return self._zip(o, lambda a, b: a / b)
+    def __rtruediv__(self, o: Any) -> _Classes: return self._zip(o, lambda a, b: b / a)
+    def __neg__(self) -> _Classes: return _Classes([-a for a in self.items])
+
+    def pow(self, e: Any) -> _Classes:
+        return _Classes([a**e for a in self.items])
+
+    def clamp_min(self, m: Any) -> _Classes:
+        return _Classes([sympy.Max(a, m) for a in self.items])
+
+    def sum(self, dim: int, keepdim: bool = False) -> _Classes:
+        assert dim == 1 and keepdim
+        return _Classes([sympy.Add(*self.items)] * len(self.items))
+
+    def amax(self, dim: int, keepdim: bool = False) -> _Classes:
+        assert dim == 1 and keepdim
+        return _Classes([sympy.Max(*self.items)] * len(self.items))
+
+
+def _class_torch() -> SimpleNamespace:
+    def softmax(x: _Classes, dim: int) -> _Classes:
+        e = [sympy.exp(a) for a in x.items]
+        return _Classes([v / sympy.Add(*e) for v in e])
+
+    return SimpleNamespace(**vars(_sympy_torch()), softmax=softmax)
+
+
+def _symbolic_class_checks(report: VerificationReport, seed: int) -> None:
+    report.checks.extend(_class_checks(seed))
+
+
+@functools.lru_cache(maxsize=4)
+def _class_checks(seed: int, classes: int = 3) -> tuple[Check, ...]:
+    """Class-wise relaxations (``softmax``): their forward is the definition, and their
+    backward (``class_vjp``) is SymPy's Jacobian of it, on ``classes`` symbols.
+
+    They do not depend on the metric, so they run once per process (about 5 s).
+    """
+    from .runtime.relax import RELAXATIONS
+
+    report = VerificationReport()
+
+    for name, r in RELAXATIONS.items():
+        if not r.class_wise:
+            continue
+        src = "\n".join(textwrap.dedent(inspect.getsource(getattr(type(r), fn)))
+                        for fn in ("class_value", "class_vjp"))
+        for from_logits in (True, False):
+            # On probabilities p^(1/T) with a symbolic T makes every comparison transcendental
+            # (seconds each); T = 1/3 keeps them rational and still exercises the exponent.
+            T = sympy.Symbol("temperature", positive=True) if from_logits else sympy.Rational(1, 3)
+            xs = sympy.symbols(f"x0:{classes}", **({"real": True} if from_logits else {"positive": True}))
+            terms = [sympy.exp(x / T) if from_logits else x ** (1 / T) for x in xs]
+            definition = [t / sympy.Add(*terms) for t in terms]
+            x = _Classes(list(xs))
+            ns_torch = _class_torch()
+            a = _run_symbolically(src, "class_value", x, T, from_logits, torch=ns_torch)
+            ok = all(symbolic_equal(got, want, seed)[0] for got, want in zip(a.items, definition, strict=True))
+            at = "" if from_logits else ", temperature=1/3"
+            report.checks.append(Check(f"{name} relaxation == its definition (from_logits={from_logits}{at})",
+                                       ok, f"{classes} classes, symbolic"))
+            results = []
+            for j in range(classes):
+                g = _Classes([sympy.Integer(int(i == j)) for i in range(classes)])
+                vjp = _run_symbolically(src, "class_vjp", a, g, x, T, from_logits, torch=ns_torch)
+                for i in range(classes):
+                    results.append(symbolic_equal(vjp.items[i], sympy.diff(definition[j], xs[i]), seed))
+            ok = all(res[0] for res in results)
+            how = ("proved equal" if all(res[1].startswith("proved") for res in results)
+                   else "equal at random exact points")
+            report.checks.append(Check(
+                f"{name} backward == Jacobian of the relaxation (from_logits={from_logits}{at})", ok,
+                f"{how}, {classes} classes"))
+    return tuple(report.checks)
 
 
 def _user_derivative_checks(metric: Metric, derivatives: Mapping[str, str],
@@ -260,6 +355,29 @@ def _reference_loss(metric: Metric, relax: Any, amplifier: float, eps: float,
     """
     import torch
 
+    fn_metric = _reference_metric(metric, eps)
+
+    def sigmoid(z: Any) -> Any:
+        # Written out: autograd then differentiates exp, exact where torch.sigmoid's
+        # a * (1 - a) loses digits.
+        return 1 / (1 + torch.exp(-z))
+
+    def loss(x: Any, y: Any) -> Any:
+        a = relax(x, amplifier, 1.0, 0.0, from_logits, sigmoid=sigmoid)
+        TP = (y * a).sum()
+        FN = (y * (1 - a)).sum()
+        FP = ((1 - y) * a).sum()
+        TN = ((1 - y) * (1 - a)).sum()
+        value = fn_metric(TP, FP, FN, TN)
+        return 1 - value if metric.higher_is_better else value
+
+    return loss
+
+
+def _reference_metric(metric: Metric, eps: float) -> Any:
+    """SymPy's own ``lambdify`` of the guarded formula, on float64 tensors."""
+    import torch
+
     f = guard(metric.expr, EPS).xreplace({EPS: sympy.Float(eps)})
     tp, fp, fn, tn = COUNTS.values()
 
@@ -279,22 +397,7 @@ def _reference_loss(metric: Metric, relax: Any, amplifier: float, eps: float,
                   "sign": tensors(torch.sign), "min": fold(torch.minimum),
                   "max": fold(torch.maximum)}, "math"],
     )
-
-    def sigmoid(z: Any) -> Any:
-        # Written out: autograd then differentiates exp, exact where torch.sigmoid's
-        # a * (1 - a) loses digits.
-        return 1 / (1 + torch.exp(-z))
-
-    def loss(x: Any, y: Any) -> Any:
-        a = relax(x, amplifier, 1.0, 0.0, from_logits, sigmoid=sigmoid)
-        TP = (y * a).sum()
-        FN = (y * (1 - a)).sum()
-        FP = ((1 - y) * a).sum()
-        TN = ((1 - y) * (1 - a)).sum()
-        value = fn_metric(TP, FP, FN, TN)
-        return 1 - value if metric.higher_is_better else value
-
-    return loss
+    return fn_metric
 
 
 def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size: int,
@@ -310,7 +413,8 @@ def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size:
     # Each relaxation once, on probabilities where it takes them, else on logits.
     cases: dict[str, tuple[Any, bool]] = {}
     for name, r, from_logits in _relaxation_cases():
-        cases.setdefault(name, (r, from_logits))
+        if not r.class_wise:  # checked on (N, C, *) inputs by _class_numeric_checks
+            cases.setdefault(name, (r, from_logits))
     for relaxation, (r, from_logits) in cases.items():
         x0 = logits if from_logits else probs
         ref = _reference_loss(metric, r.value, amplifier, eps, from_logits)
@@ -343,6 +447,75 @@ def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size:
                 bool(fd_ok), "torch.autograd.gradcheck, float64"))
 
 
+def _class_numeric_checks(metric: Metric, report: VerificationReport, seed: int,
+                          temperature: float = 0.5) -> None:
+    """Class-wise relaxations in multiclass losses, float64: symbolic backward = autograd of a
+    plain implementation (the relaxation's definition, per-class sums, macro mean) =
+    finite differences."""
+    import torch
+
+    from .runtime.relax import RELAXATIONS
+
+    gen = torch.Generator().manual_seed(seed)
+    n, c, m = 2, 3, 2
+    target = torch.randint(0, c, (n, m), generator=gen)
+    target.view(-1)[:c] = torch.arange(c)  # every class present: the macro mean is plain
+    onehot = torch.nn.functional.one_hot(target, c).permute(0, 2, 1).to(torch.float64)
+    logits = torch.randn(n, c, m, generator=gen, dtype=torch.float64) * 2
+    eps = 1e-7
+    fn_metric = _reference_metric(metric, eps)
+    check = getattr(metric, "check", None)
+    constant = check is not None and not check().depends_on_predictions
+    for name, r in RELAXATIONS.items():
+        if not r.class_wise:
+            continue
+        for from_logits in (True, False):
+            x0 = logits if from_logits else torch.softmax(logits, 1)
+
+            def reference(x: Any, fl: bool = from_logits) -> Any:
+                q = torch.exp(x / temperature) if fl else x ** (1 / temperature)
+                a = q / q.sum(1, keepdim=True)  # the definition, differentiated by autograd
+                y = onehot
+                tp, fp = (y * a).sum((0, 2)), ((1 - y) * a).sum((0, 2))
+                fn, tn = (y * (1 - a)).sum((0, 2)), ((1 - y) * (1 - a)).sum((0, 2))
+                value = fn_metric(tp, fp, fn, tn).mean()
+                return 1 - value if metric.higher_is_better else value
+
+            xr = x0.clone().requires_grad_(True)
+            ref_value = reference(xr)
+            (ref_grad,) = torch.autograd.grad(ref_value, xr)
+            for backward in ("symbolic", "autograd"):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", MetricWarning)
+                    module = metric.loss(name, mode="multiclass", temperature=temperature,
+                                         from_logits=from_logits, backward=backward, eps=eps)
+                x = x0.clone().requires_grad_(True)
+                value = module(x, target)
+                (grad,) = torch.autograd.grad(value, x)
+                close = torch.allclose(value, ref_value, rtol=1e-9, atol=1e-12) and \
+                    torch.allclose(grad, ref_grad, rtol=1e-7, atol=1e-10)
+                worst = float((grad - ref_grad).abs().max())
+                label = f"{name}/{backward} (multiclass, from_logits={from_logits})"
+                report.checks.append(Check(
+                    f"{label}: loss and gradient == autograd of a plain implementation", close,
+                    f"max |grad difference| {worst:.2e} (float64, {n}x{c}x{m})"))
+                if backward == "autograd":
+                    continue  # equal to the reference above; finite differences check one
+                if constant:
+                    report.checks.append(Check(
+                        f"{label}: gradient == finite differences", bool((grad == 0).all()),
+                        "the metric does not depend on the predictions (P and N only): the "
+                        "gradient is exactly zero; finite differences of it measure rounding"))
+                    continue
+                # Full mode: gradcheck's fast mode (random directions) let a 1% error in
+                # the backward pass here. Small inputs keep it cheap.
+                fd_ok = torch.autograd.gradcheck(lambda t, mod=module: mod(t, target),
+                                                 (x0.clone().requires_grad_(True),), eps=1e-6,
+                                                 atol=1e-5, rtol=1e-4, raise_exception=False)
+                report.checks.append(Check(f"{label}: gradient == finite differences",
+                                           bool(fd_ok), "torch.autograd.gradcheck, float64"))
+
+
 def verify(metric: Metric, derivatives: Mapping[str, str] | None = None, *, seed: int = 0,
            size: int = 24, amplifier: float = 73.0, numeric: bool = True,
            raise_on_failure: bool = True) -> VerificationReport:
@@ -353,8 +526,10 @@ def verify(metric: Metric, derivatives: Mapping[str, str] | None = None, *, seed
             _user_derivative_checks(metric, derivatives, report, seed)
         _symbolic_kernel_checks(metric, report, seed)
         _symbolic_relaxation_checks(report)
+        _symbolic_class_checks(report, seed)
     if numeric:
         _numeric_checks(metric, report, seed, size, amplifier)
+        _class_numeric_checks(metric, report, seed)
     if raise_on_failure and not report.ok:
         err = VerificationError(str(report))
         err.report = report  # type: ignore[attr-defined]

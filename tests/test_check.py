@@ -159,7 +159,7 @@ def test_report_is_frozen_deterministic_and_readable() -> None:
     assert "undefined where:\n  FN + FP + 2*TP = 0  (0/0)" in text
     assert "TN: constant (symbolic)" in text
     assert "range: within [0, 1] (symbolic)" in text
-    assert "no count moves it the wrong way" in text
+    assert "no feasible move takes it the wrong way" in text
     assert str(check(metricc.compile("f1").expr, higher_is_better=True)) == text
 
 
@@ -183,7 +183,7 @@ def test_named_metrics_analyse_fast() -> None:
 
 def test_wrong_way_formula_warns() -> None:
     m = metricc.compile("FP/(TP+FP)", higher_is_better=True)
-    with pytest.warns(metricc.MetricWarning, match="increasing in FP") as caught:
+    with pytest.warns(metricc.MetricWarning, match="increasing as a negative's score rises") as caught:
         m.loss()
     message = str(caught[0].message)
     assert "rewards false positives" in message and "penalises true positives" in message
@@ -196,7 +196,7 @@ def test_lower_is_better_reverses_the_test() -> None:
         warnings.simplefilter("error")
         metricc.compile("FP/(TP+FP)", higher_is_better=False).loss()
         metricc.compile("fdr").loss()
-    with pytest.warns(metricc.MetricWarning, match="decreasing in FP"):
+    with pytest.warns(metricc.MetricWarning, match="decreasing as a negative's score rises"):
         metricc.compile("f1", higher_is_better=False).loss()
 
 

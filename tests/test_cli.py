@@ -74,7 +74,7 @@ def test_compile_to_stdout_and_file(tmp_path: Path, capsys: pytest.CaptureFixtur
                  "--option", "reduction=sum"]) == 0
     out = capsys.readouterr().out
     assert "class F2Loss(MetricLoss):" in out
-    assert 'relaxation: str = "sigmoid",' in out and "from_logits: bool = True," in out
+    assert 'relaxation: str | None = "sigmoid",' in out and "from_logits: bool = True," in out
     assert "slope: float = 2," in out and 'reduction: str = "sum",' in out
     target = tmp_path / "f2_loss.py"
     assert main(["compile", "fbeta", "-p", "beta=2", "--name", "F2Loss", "--relaxation",

@@ -216,7 +216,7 @@ def test_default_and_chosen_options() -> None:
     assert default_class_name(m) == "BalancedAccuracyLoss"
     assert default_class_name(metricc.compile("TP/(TP+FP)")) == "CustomMetricLoss"
     src = emit_standalone(m, relaxation="linear", reduction="sum", eps=1e-6)
-    assert 'relaxation: str = "linear",' in src and 'reduction: str = "sum",' in src
+    assert 'relaxation: str | None = "linear",' in src and 'reduction: str = "sum",' in src
     assert "eps: float = 1e-06," in src and "amplifier: float = 73.0," in src
 
 

@@ -5,6 +5,7 @@
 ``relax``            relaxations, one registered object each
 ``counts``           soft confusion counts and the dtype policy
 ``distributed``      counts summed over ranks and remembered over batches
+``hints``            input mix-ups named with their fix (probabilities as logits, ...)
 ``modes``            per-mode validate/format stages and the averages
 ``weights``          per-element weight maps (``loss_fn(input, target, weight=w)``)
 ``loss``             ``MetricLoss`` and its autograd Function

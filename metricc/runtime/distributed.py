@@ -96,6 +96,24 @@ class CountPool(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"sync_dist={self.sync_dist}, memory_decay={self.memory_decay}"
 
+    def _apply(self, fn: Any, recurse: bool = True) -> CountPool:
+        """``Module._apply`` (``.to``, ``.half``, ``.cuda``, ...) that moves the memory but keeps it float64.
+
+        A module cast would round the remembered counts: after ``.half()`` a sum
+        of 200k elements is ``29888.`` or ``inf``, and the loss sticks or turns NaN.
+        """
+        memory = self.memory
+        if memory is None:
+            return super()._apply(fn, recurse)
+        self.memory = None
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            # Where fn sends a float64 tensor on the memory's device is where the memory goes.
+            device = fn(torch.zeros(0, dtype=torch.float64, device=memory.device)).device
+            self.memory = memory.to(device=device, dtype=torch.float64)
+        return self
+
     def reset(self) -> None:
         """Forget all past batches."""
         self.memory = None

@@ -152,11 +152,12 @@ class MetricLoss(torch.nn.Module):
 
     def __init__(
         self,
-        relaxation: str = "anyloss",
+        relaxation: str | None = None,
         *,
         amplifier: float = 73.0,
         slope: float = 1.0,
         offset: float = 0.0,
+        temperature: float = 1.0,
         from_logits: bool = False,
         backward: str = "symbolic",
         multidim_average: str = "global",
@@ -174,7 +175,12 @@ class MetricLoss(torch.nn.Module):
         soft_label: bool = False,
     ) -> None:
         super().__init__()
+<<<<<<< HEAD
         self.soft_label = check_flag("soft_label", soft_label)
+=======
+        if relaxation is None:  # the default: the relaxed argmax for classes, else AnyLoss
+            relaxation = "softmax" if mode == "multiclass" else "anyloss"
+>>>>>>> main
         relax = RELAXATIONS[look_up_option("relaxation", relaxation)]
         for name, value in (("backward", backward), ("multidim_average", multidim_average),
                             ("reduction", reduction)):
@@ -184,6 +190,8 @@ class MetricLoss(torch.nn.Module):
         self.amplifier = check_number("amplifier", amplifier, positive=True)
         self.slope = check_number("slope", slope, positive=True)
         self.eps = check_number("eps", eps)
+        self.temperature = (relax.check_temperature(temperature, bool(from_logits))
+                            if relax.class_wise else check_number("temperature", temperature))
         self.relaxation = relaxation
         self.offset = check_number("offset", offset, nonnegative=False)
         self.from_logits = from_logits
@@ -201,10 +209,37 @@ class MetricLoss(torch.nn.Module):
         relax.check_mode(mode)
 
     def extra_repr(self) -> str:
-        return (f"relaxation={self.relaxation!r}, amplifier={self.amplifier}, "
-                f"from_logits={self.from_logits}, backward={self.backward_mode!r}, "
-                f"mode={self.mode!r}, average={self.average!r}, "
-                f"multidim_average={self.multidim_average!r}, reduction={self.reduction!r}")
+        """The options in use: the relaxation's own, and the class and memory options that are set."""
+        parts = [f"relaxation={self.relaxation!r}"]
+        parts += [f"{k}={getattr(self, k)!r}" for k in RELAXATIONS[self.relaxation].options]
+        parts += [f"from_logits={self.from_logits}", f"mode={self.mode!r}"]
+        if self.mode != "binary":
+            parts.append(f"average={self.average!r}")
+        parts.append(f"multidim_average={self.multidim_average!r}")
+        if self.multidim_average == "samplewise":
+            parts.append(f"reduction={self.reduction!r}")
+        for name in ("ignore_index", "classes", "class_weights"):
+            if getattr(self, name) is not None:
+                parts.append(f"{name}={getattr(self, name)!r}")
+        if self.pool is not None:
+            if self.pool.memory_decay is not None:
+                parts.append(f"memory_decay={self.pool.memory_decay!r}")
+            if self.pool.sync_dist:
+                parts.append("sync_dist=True")
+        parts += [f"eps={self.eps!r}", f"backward={self.backward_mode!r}"]
+        if not self.validate_args:
+            parts.append("validate_args=False")
+        if not type(self).formula.isidentifier():  # a formula, not a metric's name
+            parts.insert(0, f"formula={type(self).formula!r}")
+        return ", ".join(parts)
+
+    def validate(self, input: Tensor, target: Tensor) -> None:
+        """Run every input check now, ``validate_args`` or not, and return ``None``.
+
+        The data checks are skipped while ``torch.compile`` traces the loss; call
+        this once eagerly on a real batch to check what a compiled loss will see.
+        """
+        validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index, True)
 
     def reset_memory(self) -> None:
         """Forget the counts of past batches (``memory_decay``); a no-op without memory."""
@@ -213,7 +248,9 @@ class MetricLoss(torch.nn.Module):
 
     def _relax_args(self, from_logits: bool | None = None) -> tuple[str, float, float, float, bool]:
         fl = self.from_logits if from_logits is None else from_logits
-        return self.relaxation, self.amplifier, self.slope, self.offset, fl
+        # A class-wise relaxation has relaxed the classes already: count what it gave.
+        relaxation = "linear" if RELAXATIONS[self.relaxation].class_wise else self.relaxation
+        return relaxation, self.amplifier, self.slope, self.offset, fl
 
     def row_losses(self, s: Tensor, y: Tensor, w: Tensor | None = None, *,
                    from_logits: bool | None = None) -> Tensor:
@@ -270,12 +307,23 @@ class MetricLoss(torch.nn.Module):
         # (which syncs on CUDA): on the CPU they are free; on a GPU, where kernel launches
         # and syncs dominate at these sizes, the branch-free forms are faster.
         host = eager and input.device.type == "cpu"
+        relax = RELAXATIONS[self.relaxation]
+        step = None
+        if relax.class_wise:
+            def step(x: Tensor) -> Tensor:
+                return relax.classes(x, self.temperature, self.from_logits,
+                                     autograd=self.backward_mode == "autograd")
         r = class_rows(input, target, self.mode, self.from_logits, self.ignore_index,
                        self.classes, self.class_weights, need_hard=False,
                        labels_checked=self.validate_args and eager,
                        index_labels=(host and self.backward_mode == "symbolic"
+<<<<<<< HEAD
                                      and not samplewise and average != "micro"
                                      and weight is None and not self.soft_label))
+=======
+                                     and not samplewise and average != "micro"),
+                       class_step=step)
+>>>>>>> main
         n, k, m = r.s.shape
         # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
         # is inf in float16, and the counts are summed in float32+ anyway.

@@ -10,12 +10,14 @@ score (``metricc.score``), so both average the same classes: see ``docs/modes.md
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .hints import _multilabel_validate, _warn_if_probabilities
 from .options import select_classes
 
 
@@ -74,6 +76,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
         raise err(f"target must be real, got {target.dtype}")
     if mode == "binary":
         _binary_validate(input, target)
+    elif mode == "multilabel":
+        _multilabel_validate(input, target)
     if input.device != target.device:
         raise err(f"input is on {input.device} but target on {target.device}; move both to "
                   "one device")
@@ -103,6 +107,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                   "from_logits=False: pass from_logits=True if these are logits, or apply "
                   f"torch.{'softmax(input, 1)' if mode == 'multiclass' else 'sigmoid'} "
                   "first")
+    if from_logits and lo >= 0 and hi <= 1:
+        _warn_if_probabilities(x, mode)
     if not trange:
         return
     tlo, thi = trange
@@ -129,7 +135,8 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                ignore_index: int | None, classes: tuple[int, ...] | None,
                class_weights: tuple[float, ...] | None, need_hard: bool = True,
                threshold: float = 0.5, labels_checked: bool = False,
-               index_labels: bool = False) -> ClassRows:
+               index_labels: bool = False,
+               class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
 
     ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits
@@ -145,6 +152,8 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     dtype, for class indices) does not fit the mode. Only shapes are checked,
     so this stays traceable by ``torch.compile``; label values are not inspected.
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
+    ``class_step`` (multiclass) maps the ``(N, C, *)`` input to class memberships in
+    place of the softmax (a class-wise relaxation); its output is counted as it is.
     """
     if mode == "binary":
         return _binary_format(input, target, from_logits, ignore_index, need_hard, threshold)
@@ -162,7 +171,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     else:
         allow = labels_checked and index_labels and chosen is None
         r = _multiclass_format(input, target, from_logits, ignore_index, need_hard,
-                               labels_checked, allow)
+                               labels_checked, allow, class_step)
 
     def pick(t: Tensor | None) -> Tensor | None:
         return t if t is None or idx is None or t.shape[1] == 1 else t.index_select(1, idx)
@@ -221,7 +230,8 @@ def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
 
 def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                        ignore_index: int | None, need_hard: bool = True,
-                       labels_checked: bool = False, index_labels: bool = False) -> ClassRows:
+                       labels_checked: bool = False, index_labels: bool = False,
+                       class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
 
     Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
@@ -235,7 +245,11 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
         raise err(f"mode='multiclass' needs at least 2 classes on dim 1, got input of shape "
                   f"{tuple(input.shape)}; for a single class use mode='binary'")
     index_shape = input.shape[:1] + input.shape[2:]
-    p = torch.softmax(input, dim=1) if from_logits else input
+    if class_step is not None:
+        p = class_step(input)
+        dtype = p.dtype
+    else:
+        p = torch.softmax(input, dim=1) if from_logits else input
     m = math.prod(input.shape[2:])
     s = p.reshape(n, c, m)
     labels = torch.arange(c, device=input.device).view(1, c, 1)

@@ -80,6 +80,11 @@ class Relaxation:
     """
 
     name: ClassVar[str] = ""
+    #: The loss options this relaxation reads (shown by the loss's repr).
+    options: ClassVar[tuple[str, ...]] = ()
+    #: True for a relaxation of a whole class dimension (:class:`Softmax`): it maps the
+    #: ``(N, C, *)`` input to relaxed class memberships, which are then counted as they are.
+    class_wise: ClassVar[bool] = False
 
     def check_options(self, from_logits: bool) -> None:
         """Refuse option values this relaxation cannot work with."""
@@ -112,6 +117,7 @@ class AnyLoss(Relaxation):
     """``sigmoid(amplifier * (p - 0.5))``, ``p`` the probability (``sigmoid(s)`` on logits)."""
 
     name = "anyloss"
+    options = ("amplifier",)
 
     @staticmethod
     def value(s: Tensor, amplifier: float, slope: float, offset: float, from_logits: bool,
@@ -198,6 +204,7 @@ class Sigmoid(Relaxation):
     """``sigmoid(slope * (logit + offset))`` (sigmoidF1), on logits only."""
 
     name = "sigmoid"
+    options = ("slope", "offset")
 
     def check_options(self, from_logits: bool) -> None:
         if not from_logits:
@@ -236,8 +243,106 @@ class Sigmoid(Relaxation):
         return torch.sigmoid(z), r * q, slope
 
 
+class Softmax(Linear):
+    """``softmax(x / temperature)`` over the classes: the relaxed argmax of ``(N, C, *)`` scores.
+
+    On logits ``x`` it is ``softmax(x / T, 1)``; on probabilities ``p`` it is
+    ``p^(1/T) / sum_c p_c^(1/T)``, which is ``softmax(log p / T, 1)``. As ``T -> 0``
+    it tends to the one-hot argmax, the decision ``score`` counts; at ``T = 1`` it
+    is the softmax (or the probabilities) itself. Unlike a threshold at 0.5 it
+    is centred on the decision between classes whatever their number, so it
+    does not start saturated when ``C`` probabilities of about ``1/C`` come in.
+
+    :meth:`classes` (with the plain :meth:`class_value` and the backward
+    :meth:`class_vjp`, which ``metricc.verify`` checks against SymPy's Jacobian)
+    acts on the class dimension; the relaxed memberships are then counted as
+    they are, so the elementwise methods inherited from :class:`Linear` run
+    on probabilities (the identity).
+    """
+
+    name = "softmax"
+    options = ("temperature",)
+    class_wise = True
+
+    def check_mode(self, mode: str) -> None:
+        if mode != "multiclass":
+            raise MetricError(f"relaxation='softmax' relaxes the argmax over mutually exclusive "
+                              f"classes (an (N, C, *) input), so it needs mode='multiclass', not "
+                              f"{mode!r}; binary and multilabel losses use 'anyloss', 'linear' or "
+                              "'sigmoid'")
+
+    @staticmethod
+    def check_temperature(temperature: Any, from_logits: bool) -> float:
+        """``temperature`` as a float, if it is a finite number > 0 (and <= 1 on probabilities)."""
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+                or not 0 < temperature < float("inf"):
+            raise MetricError(f"temperature must be a finite number > 0, got {temperature!r}")
+        if not from_logits and temperature > 1:
+            raise MetricError(f"temperature={temperature!r} > 1 on probabilities: p^(1/T) has an "
+                              "infinite slope at p = 0; use a temperature <= 1, or pass logits "
+                              "with from_logits=True")
+        return float(temperature)
+
+    @staticmethod
+    def class_value(x: Tensor, temperature: float, from_logits: bool) -> Tensor:
+        """The relaxed memberships of ``(N, C, *)`` scores, classes on dim 1 (plain torch ops)."""
+        if from_logits:
+            return torch.softmax(x / temperature, 1)
+        # (p / max p)^(1/T): the largest term is 1, so the sum cannot underflow to 0.
+        q = (x / x.amax(1, keepdim=True)).pow(1 / temperature)
+        return q / q.sum(1, keepdim=True)
+
+    @staticmethod
+    def class_vjp(a: Tensor, g: Tensor, x: Tensor, temperature: float, from_logits: bool
+                  ) -> Tensor:
+        """``sum_i g_i dA_i/dx``, the backward of :meth:`class_value` (``a`` is its output).
+
+        On logits ``a (g - sum_c a_c g_c) / T``; on probabilities that times
+        ``1/p``, written as ``(p / max p)^(1/T - 1) / (Z max p)`` (``Z`` the sum of
+        :meth:`class_value`'s terms) so that ``p = 0`` gives no ``0/0``.
+        """
+        w = g - (a * g).sum(1, keepdim=True)
+        if from_logits:
+            return a * w / temperature
+        m = x.amax(1, keepdim=True)
+        u = x / m
+        z = u.pow(1 / temperature).sum(1, keepdim=True)
+        return u.pow(1 / temperature - 1) * w / (z * m * temperature)
+
+    def classes(self, x: Tensor, temperature: float, from_logits: bool, *,
+                autograd: bool = False) -> Tensor:
+        """:meth:`class_value` of ``x``, with :meth:`class_vjp` as its backward
+        (``autograd=True``: autograd differentiates the plain ops instead).
+
+        Works in float32 at least; the result keeps that dtype.
+        """
+        x = x.to(torch.promote_types(x.dtype, torch.float32))
+        if autograd:
+            return self.class_value(x, temperature, from_logits)
+        return _ClassRelaxation.apply(x, self, temperature, from_logits)
+
+
+class _ClassRelaxation(torch.autograd.Function):
+    """A class-wise relaxation whose backward is its own :meth:`Softmax.class_vjp`."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, relaxation: Softmax, temperature: float,
+                from_logits: bool) -> Tensor:
+        a = relaxation.class_value(x, temperature, from_logits)
+        ctx.save_for_backward(a, x)
+        ctx.args = (relaxation, temperature, from_logits)
+        return a
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        a, x = ctx.saved_tensors
+        relaxation, temperature, from_logits = ctx.args
+        return relaxation.class_vjp(a, g, x, temperature, from_logits), None, None, None
+
+
 #: Every relaxation, by name: the one registry the loss, ``verify()`` and the CLI read.
-RELAXATIONS: dict[str, Relaxation] = {r.name: r for r in (AnyLoss(), Linear(), Sigmoid())}
+RELAXATIONS: dict[str, Relaxation] = {r.name: r for r in (AnyLoss(), Linear(), Sigmoid(),
+                                                          Softmax())}
 if tuple(RELAXATIONS) != RELAXATION_NAMES:  # pragma: no cover - a developer's slip
     raise RuntimeError("metricc.runtime.options.RELAXATION_NAMES must list the relaxations "
                        "registered in metricc.runtime.relax.RELAXATIONS, in order")
