@@ -175,12 +175,9 @@ class MetricLoss(torch.nn.Module):
         soft_label: bool = False,
     ) -> None:
         super().__init__()
-<<<<<<< HEAD
         self.soft_label = check_flag("soft_label", soft_label)
-=======
         if relaxation is None:  # the default: the relaxed argmax for classes, else AnyLoss
             relaxation = "softmax" if mode == "multiclass" else "anyloss"
->>>>>>> main
         relax = RELAXATIONS[look_up_option("relaxation", relaxation)]
         for name, value in (("backward", backward), ("multidim_average", multidim_average),
                             ("reduction", reduction)):
@@ -317,13 +314,9 @@ class MetricLoss(torch.nn.Module):
                        self.classes, self.class_weights, need_hard=False,
                        labels_checked=self.validate_args and eager,
                        index_labels=(host and self.backward_mode == "symbolic"
-<<<<<<< HEAD
                                      and not samplewise and average != "micro"
-                                     and weight is None and not self.soft_label))
-=======
-                                     and not samplewise and average != "micro"),
+                                     and weight is None and not self.soft_label),
                        class_step=step)
->>>>>>> main
         n, k, m = r.s.shape
         # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
         # is inf in float16, and the counts are summed in float32+ anyway.
