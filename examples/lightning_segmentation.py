@@ -7,7 +7,7 @@ classes) and the logged metric (``Metric.metric``: a ``torchmetrics.Metric`` on
 the argmax labels, exact over the epoch and, under DDP, over the ranks). The
 data are synthetic 3-class images: background, bright discs, dark squares.
 
-    python examples/lightning_segmentation.py           # a minute or two on one core
+    python examples/lightning_segmentation.py           # 15 epochs, a few minutes on one core
     python examples/lightning_segmentation.py --quick   # smoke run, a few seconds
 
 It needs ``lightning`` and ``torchmetrics`` (``pip install "metricc[lightning]"``).

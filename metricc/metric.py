@@ -286,6 +286,8 @@ class Metric:
         >>> round(float(iou.compute()), 4)   # (1 + 0 + 1/3) / 3
         0.4444
         """
+        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+            raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
         try:
             from .stateful import StatefulMetric
         except ImportError as e:
@@ -347,7 +349,10 @@ class Metric:
         ``classes``, ``class_weights`` (see docs/modes.md);
         ``sync_dist``/``process_group`` (sum the counts over ranks: the exact global-batch
         metric under DDP) and ``memory_decay`` (add a decayed memory of past batches'
-        counts); see docs/distributed.md.
+        counts); see docs/distributed.md. ``soft_label`` (count the overlap
+        ``min(a, y)``: the optimum is ``input == target`` for soft targets) and the
+        module's ``weight=`` argument (a per-element weight map):
+        see docs/weights-and-soft-labels.md.
 
         A :class:`metricc.MetricWarning` is issued when :meth:`check` finds the
         metric moving the wrong way along a move a batch allows (decreasing as a

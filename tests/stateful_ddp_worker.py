@@ -1,10 +1,12 @@
-"""One rank of the stateful-metric sync check in ``test_stateful_ddp.py``.
+"""One rank of the checks in ``test_stateful_ddp.py``: stateful metrics and weighted losses.
 
 Run as ``python tests/stateful_ddp_worker.py RANK WORLD PORT OUTDIR``: joins a
 ``gloo`` group on 127.0.0.1, updates each metric of :data:`CASES` with this
 rank's shards of every step (uneven; on one rank some steps have no positive),
-and saves the synced ``compute()`` of each to ``OUTDIR/rank{RANK}.pt``.
-The test compares them with one process updating on all the data.
+and saves the synced ``compute()`` of each to ``OUTDIR/rank{RANK}.pt``, with
+the value and input gradient of each weighted ``sync_dist`` loss of
+:data:`LOSSES` on this rank's shard. The test compares them with one process
+working on all the data.
 """
 
 from __future__ import annotations
@@ -31,6 +33,50 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "multilabel_recall_weighted": ("recall", {"mode": "multilabel", "num_classes": C,
                                               "average": "weighted"}),
 }
+
+
+#: name -> (metric, loss options); the loss gets a weight map and sync_dist=True
+LOSSES: dict[str, tuple[str, dict[str, Any]]] = {
+    "weighted_binary_f1_symbolic": ("f1", {"from_logits": True, "amplifier": 5.0}),
+    "weighted_multiclass_dice_macro_autograd": ("dice", {
+        "mode": "multiclass", "from_logits": True, "relaxation": "linear",
+        "backward": "autograd"}),
+    "weighted_soft_label_jaccard_symbolic": ("jaccard", {"relaxation": "linear",
+                                                         "soft_label": True}),
+}
+
+
+def loss_data() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``(input, target, weight)`` of the whole batch for each loss case (float64)."""
+    g = torch.Generator().manual_seed(900)
+    n, f64 = sum(SHARDS[1]), torch.float64
+    w = torch.randint(0, 4, (n, 5), generator=g).to(f64)
+    return {
+        "weighted_binary_f1_symbolic": (torch.randn(n, 5, generator=g, dtype=f64),
+                                        (torch.rand(n, 5, generator=g) < 0.3).to(f64), w),
+        "weighted_multiclass_dice_macro_autograd": (
+            torch.randn(n, C, 5, generator=g, dtype=f64),
+            torch.randint(0, C, (n, 5), generator=g), w),
+        "weighted_soft_label_jaccard_symbolic": (torch.rand(n, 5, generator=g, dtype=f64),
+                                                 torch.rand(n, 5, generator=g, dtype=f64), w),
+    }
+
+
+def run_losses(world: int, rank: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``(loss, d loss / d input)`` of each case on ``rank``'s shard (all data for world 1)."""
+    import metricc
+
+    lo = sum(SHARDS[world][:rank])
+    hi = lo + SHARDS[world][rank]
+    out = {}
+    for name, (x, t, w) in loss_data().items():
+        metric, opts = LOSSES[name]
+        loss_fn = metricc.compile(metric).loss(sync_dist=True, **opts)
+        xs = x[lo:hi].clone().requires_grad_()
+        value = loss_fn(xs, t[lo:hi], weight=w[lo:hi])
+        value.backward()
+        out[name] = (value.detach(), xs.grad)
+    return out
 
 
 def make_data(step: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -76,7 +122,8 @@ def main() -> None:
                                          rank=rank, world_size=world,
                                          timeout=datetime.timedelta(seconds=60))
     try:
-        torch.save(run(world, [rank]), f"{outdir}/rank{rank}.pt")
+        torch.save({"metrics": run(world, [rank]), "losses": run_losses(world, rank)},
+                   f"{outdir}/rank{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
 

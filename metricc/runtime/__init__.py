@@ -7,6 +7,7 @@
 ``distributed``      counts summed over ranks and remembered over batches
 ``hints``            input mix-ups named with their fix (probabilities as logits, ...)
 ``modes``            per-mode validate/format stages and the averages
+``weights``          per-element weight maps (``loss_fn(input, target, weight=w)``)
 ``loss``             ``MetricLoss`` and its autograd Function
 ``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
 ``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix

@@ -13,7 +13,8 @@ def _sum_dtype(t: Tensor) -> torch.dtype:
     return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
 
 
-def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def soft_counts(a: Tensor, y: Tensor, w: Tensor | None, soft_label: bool = False
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``TP, FP, FN, TN`` of each row of ``a`` against ``y``, as float64.
 
     Rows are ``(R, M)``: one row per dim-0 index; or ``(N, R, M)``: row ``r``
@@ -26,25 +27,35 @@ def soft_counts(a: Tensor, y: Tensor, w: Tensor | None) -> tuple[Tensor, Tensor,
     >>> [round(float(c), 4) for c in soft_counts(a, y, None)]
     [0.9, 0.8, 0.1, 1.2]
     """
-    return _counts(a, y, w, overwrite=False)
+    return _counts(a, y, w, overwrite=False, soft_label=soft_label)
 
 
-def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
+def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool, soft_label: bool = False
             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``.
 
     ``y`` may also be ``(N, 1, M)`` integer class indices for ``(N, C, M)`` rows (see
     :func:`_index_counts`).
+
+    ``soft_label``: ``TP = sum(w min(a, y)) = (|a| + |y| - |a - y|) / 2``, hence
+    ``FP = sum(w (a - y)+)``, ``FN = sum(w (y - a)+)``, ``TN = sum(w (1 - max(a, y)))``
+    (Wang & Blaschko 2023): no FP or FN mass at ``a = y``. On 0/1 labels it is
+    ``sum(w a y)``. ``a`` is then left as it is (the backward needs it).
     """
     if not y.is_floating_point():
         return _index_counts(a, y)
     acc = _sum_dtype(a)
     dims = (0, 2) if a.dim() == 3 else -1
-    if w is not None:
-        a = a.mul_(w) if overwrite else a * w
-        overwrite = True
-    pp = a.sum(dims, dtype=acc)
-    tp = (a.mul_(y) if overwrite else a * y).sum(dims, dtype=acc)
+    if soft_label:
+        overlap = torch.minimum(a, y)
+        tp = (overlap if w is None else overlap.mul_(w)).sum(dims, dtype=acc)
+        pp = (a if w is None else a * w).sum(dims, dtype=acc)
+    else:
+        if w is not None:
+            a = a.mul_(w) if overwrite else a * w
+            overwrite = True
+        pp = a.sum(dims, dtype=acc)
+        tp = (a.mul_(y) if overwrite else a * y).sum(dims, dtype=acc)
     if w is None:
         pos = y.sum(dims, dtype=acc)
         total = torch.full_like(pos, float(a.shape[-1] * (a.shape[0] if a.dim() == 3 else 1)))
@@ -56,6 +67,25 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool
     fn = pos - tp
     tn = total - pos - fp
     return tp, fp, fn, tn
+
+
+def overlap_share(a: Tensor, y: Tensor, g1: Tensor, g0: Tensor) -> Tensor:
+    """``u = d min(a, y) / d a``: 1 where ``a < y``, 0 where ``a > y``; at ties, a subgradient.
+
+    The metric's derivative in ``a`` is ``u g1 + (1 - u) g0`` (``g1``, ``g0``: one
+    per row). Where ``a = y`` every ``u`` in ``[0, 1]`` gives a subgradient; the one
+    taken is the point of that segment nearest 0 (``u = -g0 / (g1 - g0)``, clipped),
+    which is 0 at the optimum ``a = y`` of every metric that rises with TP and falls
+    with FP and FN (Tversky with ``alpha != beta`` included).
+
+    >>> overlap_share(torch.tensor([[0.2, 0.5, 0.9]]), torch.tensor([[0.5, 0.5, 0.5]]),
+    ...               torch.tensor([1.0]), torch.tensor([-3.0])).tolist()
+    [[1.0, 0.75, 0.0]]
+    """
+    diff = (g1 - g0).unsqueeze(-1)
+    safe = torch.where(diff != 0, diff, torch.ones_like(diff))
+    tie = torch.where(diff != 0, -g0.unsqueeze(-1) / safe, 0.5).clamp(0.0, 1.0).to(a.dtype)
+    return torch.where(a < y, 1.0, torch.where(a > y, 0.0, tie)).to(a.dtype)
 
 
 def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:

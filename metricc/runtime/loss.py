@@ -14,11 +14,12 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import _HALF_MAX, _counts, _rows, _to_input_dtype, _wide, soft_counts
+from .counts import _HALF_MAX, _counts, _rows, _to_input_dtype, _wide, overlap_share, soft_counts
 from .distributed import CountPool, count_pool
 from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
+from .weights import validate_weight, weight_rows
 
 
 def _symbolic_function(cls: type[MetricLoss]) -> Any:
@@ -29,7 +30,8 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         @staticmethod
         def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
                     amplifier: float, slope: float, offset: float, from_logits: bool,
-                    eps: float, pool: CountPool | None = None) -> tuple[Tensor, Tensor]:
+                    eps: float, pool: CountPool | None = None, soft_label: bool = False
+                    ) -> tuple[Tensor, Tensor]:
             # Half and bfloat16 work in float32 (see backward); the gradient returns
             # in the input's dtype.
             in_dtype = s.dtype
@@ -41,7 +43,8 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             # dA/ds is computed here, alongside A(s), and saved: the backward is then
             # one fused multiply (two passes in eager torch) with nothing recomputed.
             a, d, k = _relax_pair(s, relaxation, amplifier, slope, offset, from_logits)
-            counts = _counts(a, y, w, overwrite=a is not s)
+            counts = _counts(a, y, w, overwrite=a is not s and not soft_label,
+                             soft_label=soft_label)
             support = counts[0] + counts[2]  # this batch's TP + FN: for the averages
             ctx.mark_non_differentiable(support)
             if pool is not None:
@@ -53,7 +56,10 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             # backward's elementwise pass (which torch.compile fuses with them) does two
             # float multiplies per row instead of a chain in float64.
             coef = torch.stack((g1, g0)).to(work) * (sign * k)
-            ctx.save_for_backward(y, w, d, coef)
+            # d metric / d a = u g1 + (1 - u) g0 with u = y for the product counts and
+            # u = d min(a, y) / d a for soft labels: the backward below serves both.
+            u = overlap_share(a, y, g1, g0) if soft_label else y
+            ctx.save_for_backward(u, w, d, coef)
             ctx.in_dtype = in_dtype
             ctx.pool = pool
             loss = 1 - value if cls.higher_is_better else value
@@ -83,7 +89,7 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
                 grad_s = grad_s.mul_(w)
             if d is not None:
                 grad_s = grad_s.mul_(d)
-            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 9)
+            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 10)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
     return SymbolicMetric
@@ -102,6 +108,10 @@ class MetricLoss(torch.nn.Module):
     ``weighted`` by support, ``none`` returns one per class); ``ignore_index``
     drops elements with that target from every count; ``classes`` picks class
     indices and ``class_weights`` (one per class) weighs them.
+    ``forward(input, target, weight=w)`` counts each element ``w`` times (a map
+    ``>= 0`` broadcastable to the target); ``soft_label=True`` counts the overlap
+    ``min(a, y)`` so that soft targets are matched exactly at ``input == target``
+    (``docs/weights-and-soft-labels.md``).
     With ``multidim_average="global"`` the whole batch forms the confusion
     matrices; with ``"samplewise"`` each sample has its own and ``reduction``
     (``mean``, ``sum``, ``none``) combines the samples. Averages skip classes
@@ -162,8 +172,10 @@ class MetricLoss(torch.nn.Module):
         classes: Sequence[int] | None = None,
         class_weights: Sequence[float] | None = None,
         validate_args: bool = True,
+        soft_label: bool = False,
     ) -> None:
         super().__init__()
+        self.soft_label = check_flag("soft_label", soft_label)
         if relaxation is None:  # the default: the relaxed argmax for classes, else AnyLoss
             relaxation = "softmax" if mode == "multiclass" else "anyloss"
         relax = RELAXATIONS[look_up_option("relaxation", relaxation)]
@@ -254,14 +266,14 @@ class MetricLoss(torch.nn.Module):
         batch, before any pooling; float64, detached), which the averages need."""
         args = self._relax_args(from_logits)
         if self.backward_mode == "symbolic":
-            return self._function.apply(s, y, w, *args, self.eps, self.pool)
+            return self._function.apply(s, y, w, *args, self.eps, self.pool, self.soft_label)
         # Same dtype path as the symbolic backward: float32 at least.
         work = _wide(s.dtype)
         sw = s.to(work)
         if s.dtype == torch.float16 and sw.requires_grad:
             sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
         a = relax(sw, *args, sigmoid=stable_sigmoid)
-        counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
+        counts = soft_counts(a, y.to(work), None if w is None else w.to(work), self.soft_label)
         support = (counts[0] + counts[2]).detach()
         if self.pool is not None:
             counts = self.pool(counts, differentiable=True)
@@ -269,7 +281,9 @@ class MetricLoss(torch.nn.Module):
         loss = 1 - value if self.higher_is_better else value
         return loss.to(work), support
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+    def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
+        """The loss; ``weight`` (``>= 0``, broadcastable to ``target``) counts each element
+        that many times: integer weights equal repeating the elements."""
         # Targets are labels: no gradient flows into them, whichever the backward (the
         # symbolic backward never gave one; autograd would have).
         target = target.detach() if isinstance(target, Tensor) else target
@@ -278,6 +292,8 @@ class MetricLoss(torch.nn.Module):
         validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index,
                         self.validate_args,
                         allow_empty=self.pool is not None and self.pool.sync_dist)
+        if weight is not None:
+            weight = validate_weight(weight, target, self.validate_args)
         # One class (binary) makes every average the same; micro is the cheapest.
         average = "micro" if self.mode == "binary" else self.average
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
@@ -298,13 +314,20 @@ class MetricLoss(torch.nn.Module):
                        self.classes, self.class_weights, need_hard=False,
                        labels_checked=self.validate_args and eager,
                        index_labels=(host and self.backward_mode == "symbolic"
-                                     and not samplewise and average != "micro"),
+                                     and not samplewise and average != "micro"
+                                     and weight is None and not self.soft_label),
                        class_step=step)
         n, k, m = r.s.shape
         # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
         # is inf in float16, and the counts are summed in float32+ anyway.
         wdt = _wide(r.s.dtype)
         w = None if r.mask is None else r.mask.to(wdt).expand(n, k, m)
+        elements = r.mask  # which elements count, for the presence test below
+        if weight is not None:
+            per_class = self.mode != "binary" and target.shape == input.shape
+            ew = weight_rows(weight, n, per_class, self.classes, wdt)
+            w = ew.expand(n, k, m) if w is None else w * ew
+            elements = ew if r.mask is None else ew * r.mask
         if average == "micro" and r.weights is not None:
             # Micro pools the classes' counts, so a class weight scales its elements.
             cw = r.weights.to(wdt).view(1, k, 1)
@@ -333,7 +356,7 @@ class MetricLoss(torch.nn.Module):
         # A row's hard predictions matter only where it has no support; on the CPU in
         # eager mode, where a data-dependent branch is free, only those are computed.
         need = (support_nk == 0) if host else None
-        hit = predicted(r, need, element_weights=w if average == "micro" else r.mask)
+        hit = predicted(r, need, element_weights=w if average == "micro" else elements)
         if not samplewise:
             hit = hit.any(0)
         elif average == "micro":
