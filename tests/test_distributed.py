@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from ddp_launch import rank_logs, run_ranks
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("ddp_worker.py")
-TIMEOUT_S = 120
 
 _spec = importlib.util.spec_from_file_location("metricc_ddp_worker", WORKER)
 worker = importlib.util.module_from_spec(_spec)
@@ -32,46 +27,13 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="torch built without the gloo backend")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _launch(world: int, outdir: Path) -> list[subprocess.CompletedProcess]:
-    """Run the ranks as separate processes, killed after ``TIMEOUT_S``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(ROOT), os.environ.get("PYTHONPATH")])), "OMP_NUM_THREADS": "1"}
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), str(port),
-                               str(outdir)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    done = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=TIMEOUT_S)
-            done.append(subprocess.CompletedProcess(p.args, p.returncode, out))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return done
-
-
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda w: f"world{w}")
 def ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list:
     world = request.param
-    for _attempt in range(2):  # a second try if another process took the port meanwhile
-        outdir = tmp_path_factory.mktemp(f"ddp{world}")
-        runs = _launch(world, outdir)
-        if all(r.returncode == 0 for r in runs):
-            return [torch.load(outdir / f"rank{r}.pt") for r in range(world)]
-        if not any("Address already in use" in r.stdout for r in runs):
-            break
-    logs = "\n".join(f"--- rank {i} (rc {r.returncode})\n{r.stdout[-3000:]}"
-                     for i, r in enumerate(runs))
-    pytest.fail(f"distributed workers failed:\n{logs}")
+    runs, outdir = run_ranks(WORKER, world, lambda: tmp_path_factory.mktemp(f"ddp{world}"))
+    if all(r.returncode == 0 for r in runs):
+        return [torch.load(outdir / f"rank{r}.pt") for r in range(world)]
+    pytest.fail(f"distributed workers failed:\n{rank_logs(runs)}")
 
 
 @functools.cache

@@ -11,18 +11,14 @@ every rank's counts; DDP then averages over the ranks, see docs/distributed.md).
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from ddp_launch import rank_logs, run_ranks
 
 WORKER = Path(__file__).with_name("stateful_ddp_worker.py")
-ROOT = Path(__file__).resolve().parents[1]
 
 _spec = importlib.util.spec_from_file_location("metricc_stateful_ddp_worker", WORKER)
 worker = importlib.util.module_from_spec(_spec)
@@ -32,42 +28,10 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="torch built without the gloo backend")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _launch(world: int, outdir: Path) -> list[subprocess.CompletedProcess]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(ROOT), os.environ.get("PYTHONPATH")])), "OMP_NUM_THREADS": "1"}
-    port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), port, str(outdir)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(world)]
-    done = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=120)
-            done.append(subprocess.CompletedProcess(p.args, p.returncode, out))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return done
-
-
 @pytest.mark.parametrize("world", [3])  # uneven shards; one more rank costs ~5 s of CPU
 def test_synced_compute_equals_one_process_on_all_shards(world: int, tmp_path: Path) -> None:
-    for _attempt in range(2):  # a second try if another process took the port meanwhile
-        runs = _launch(world, tmp_path)
-        if all(r.returncode == 0 for r in runs) or not any(
-                "Address already in use" in r.stdout for r in runs):
-            break
-    logs = "\n".join(f"--- rank {i} (rc {r.returncode})\n{r.stdout[-3000:]}"
-                     for i, r in enumerate(runs))
-    assert all(r.returncode == 0 for r in runs), logs
+    runs, _ = run_ranks(WORKER, world, lambda: tmp_path)
+    assert all(r.returncode == 0 for r in runs), rank_logs(runs)
     reference = worker.run(world, list(range(world)))
     single = worker.run_losses(1, 0)
     for rank in range(world):
