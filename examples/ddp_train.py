@@ -70,6 +70,9 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
             with torch.no_grad():
                 score = f1.score(torch.sigmoid(model.module(x).squeeze(-1)), y)
             print(f"final F1 {score:.4f}", flush=True)
+        # Tear down together: a rank that leaves while rank 0 still scores can make gloo's
+        # background threads abort rank 0 at exit ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
