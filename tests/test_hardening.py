@@ -363,6 +363,7 @@ def test_every_generated_class_has_its_own_forward_for_torch_compile() -> None:
     classes = [metricc.compile(n).loss_class for n in ("f1", "mcc")]
     assert classes[0].forward.__code__ is not classes[1].forward.__code__
     x, y = torch.rand(16, requires_grad=True), (torch.arange(16) % 2).float()
+    torch._dynamo.reset()  # forget what earlier tests compiled from these same classes
     limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = 1  # shared code: the 2nd metric would hit it
     try:
@@ -384,6 +385,7 @@ def test_every_matrix_loss_class_has_its_own_forward_for_torch_compile() -> None
     assert classes[0].forward.__code__ is not classes[1].forward.__code__
     x = torch.randn(32, 4, dtype=torch.float64, requires_grad=True)
     y = torch.arange(32) % 4
+    torch._dynamo.reset()
     limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = 1
     try:

@@ -58,6 +58,10 @@ def test_values_are_the_definition_and_tend_to_the_argmax() -> None:
             (d2,) = torch.autograd.grad(r.classes(a2, t, fl, autograd=True), a2, g)
             assert torch.isfinite(d1).all()
             torch.testing.assert_close(d1, d2)
+            # On logits the loss runs torch's softmax backward; the vjp that verify()
+            # proves against SymPy's Jacobian is the same map.
+            a = r.class_value(inp, t, fl)
+            torch.testing.assert_close(r.class_vjp(a, g, inp, t, fl), d1)
     onehot = torch.nn.functional.one_hot(x.argmax(1), 4).movedim(-1, 1).to(x.dtype)
     torch.testing.assert_close(r.classes(x, 1e-4, True), onehot)
 

@@ -156,6 +156,55 @@ def test_torch_compile_inductor_binary_matches_eager() -> None:
     torch.testing.assert_close(g_comp, g_eager, rtol=1e-9, atol=1e-15)
 
 
+@pytest.mark.parametrize("classes", [2, 5, 130])
+def test_index_labels_fused_form_equals_bincount_and_scatter(
+        classes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Class-index targets off the CPU's eager path (compiled, GPU): compact indices,
+    counts from ``y == c`` and the backward's ``where`` = the bincount/scatter path."""
+    import metricc.runtime.counts as counts
+    import metricc.runtime.loss as loss_module
+    from metricc.runtime.counts import _index_counts, compact_indices
+
+    gen = torch.Generator().manual_seed(classes)
+    x = torch.randn(3, classes, 40, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, classes, (3, 40), generator=gen)
+    a = torch.softmax(x, 1)
+    host = torch.stack(_index_counts(a, y.unsqueeze(1)))
+    loss = metricc.compile("tversky", alpha=0.3, beta=0.7).loss(
+        "linear", mode="multiclass", from_logits=True)
+    x1 = x.clone().requires_grad_(True)
+    (g_host,) = torch.autograd.grad(loss(x1, y), x1)
+    for module in (counts, loss_module):
+        monkeypatch.setattr(module, "_host", lambda t: False)
+    small = compact_indices(y.unsqueeze(1), classes)
+    assert small.dtype == (torch.int8 if classes < 127 else torch.int16)
+    torch.testing.assert_close(torch.stack(_index_counts(a, small)), host, rtol=1e-12, atol=1e-12)
+    x2 = x.clone().requires_grad_(True)
+    (g_fused,) = torch.autograd.grad(loss(x2, y), x2)
+    torch.testing.assert_close(g_fused, g_host, rtol=1e-12, atol=1e-15)
+    # Unchecked indices (compiled losses do not read the data) outside [0, C) count for
+    # no class, also past the compact type's range, instead of wrapping onto one.
+    bad = torch.tensor([[[-1, classes, 300, 70000, 0]]])
+    ones = torch.ones(1, classes, 5, dtype=torch.float64)
+    tp, _, fn, _ = _index_counts(ones, compact_indices(bad, classes))
+    assert tp[0].item() == 1 and float(tp[1:].sum()) == 0 and float((tp + fn).sum()) == 1
+
+
+def test_torch_compile_inductor_multiclass_matches_eager() -> None:
+    """Inductor's multiclass loss (fused index comparisons, softmax default) = eager."""
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, 300, generator=gen, dtype=torch.float64).requires_grad_(True)
+    y = torch.randint(0, 4, (2, 300), generator=gen)
+    for relaxation in ("linear", None):
+        loss = metricc.compile("dice").loss(relaxation, mode="multiclass", from_logits=True)
+        compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+        (g_eager,) = torch.autograd.grad(loss(x, y), x)
+        (g_comp,) = torch.autograd.grad(compiled(x, y), x)
+        torch.testing.assert_close(compiled(x, y), loss(x, y), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g_comp, g_eager, rtol=1e-9, atol=1e-15)
+
+
 def test_analysis_is_lazy_and_cached_compile_is_cheap() -> None:
     """compile() leaves the partials for later; a repeated compile is an lru_cache hit."""
     # Parameter values no other test uses: a fresh entry in compile's cache.

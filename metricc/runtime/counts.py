@@ -88,15 +88,53 @@ def overlap_share(a: Tensor, y: Tensor, g1: Tensor, g0: Tensor) -> Tensor:
     return torch.where(a < y, 1.0, torch.where(a > y, 0.0, tie)).to(a.dtype)
 
 
+def _host(t: Tensor) -> bool:
+    """True on the CPU in eager mode, where data-dependent kernels (``bincount``,
+    ``scatter``) are fast; under ``torch.compile`` or on a GPU, fused elementwise
+    forms are faster (and ``bincount`` would sync a GPU)."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def compact_indices(t: Tensor, classes: int) -> Tensor:
+    """Class indices as :func:`_index_counts` and the loss's backward take them.
+
+    On the CPU in eager mode: int64 (``bincount`` and ``scatter`` index with them).
+    Elsewhere the smallest integer type that holds ``-1 .. classes``, with indices
+    outside ``[0, classes)`` mapped to ``-1`` or ``classes`` (still no class): the
+    backward recompares them with each class, and ``torch.compile`` keeps the smaller
+    tensor for it instead of a boolean ``(N, C, M)`` one-hot, whose stores and loads
+    its CPU code does one element at a time.
+
+    >>> compact_indices(torch.tensor([0, 2]), 3).dtype  # on the CPU, eager
+    torch.int64
+    """
+    if _host(t):
+        return t.long()
+    dtype = torch.int8 if classes < 127 else torch.int16 if classes < 32767 else torch.int32
+    return t.clamp(-1, classes).to(dtype)
+
+
+def index_hits(y: Tensor, classes: int) -> Tensor:
+    """``(N, C, M)`` bool: ``y == c`` for each class ``c``, for :func:`compact_indices`.
+
+    Compared as float32 (exact for every index it holds): ``torch.compile``'s CPU code
+    vectorizes a float comparison but converts small-integer masks one element at a time.
+    """
+    labels = torch.arange(classes, device=y.device, dtype=torch.float32).view(1, classes, 1)
+    return y.to(torch.float32) == labels
+
+
 def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`soft_counts` of ``(N, C, M)`` rows against class indices ``y`` (``(N, 1, M)``).
 
-    The one-hot labels are never built: ``TP`` of class ``c`` sums ``a`` at the
-    elements labelled ``c`` (one gather and a float64 ``bincount`` over ``N M``
-    elements instead of a product and a sum over ``N C M``), and the support is a
-    ``bincount`` of the labels. ``TP`` is summed in float64 and ``sum(a)`` pairwise in
-    float32, so ``FP = sum(a) - TP`` can come out a rounding error below 0 where it is
-    0: ``FP`` and ``TN`` are clamped at 0.
+    The one-hot labels are never built. On the CPU in eager mode (indices validated
+    to lie in ``[0, C)``), ``TP`` of class ``c`` sums ``a`` at the elements labelled
+    ``c`` (one gather and a float64 ``bincount`` over ``N M`` elements instead of a
+    product and a sum over ``N C M``), and the support is a ``bincount`` of the labels;
+    elsewhere both are sums of ``y == c`` products, which ``torch.compile`` fuses into
+    the pass that sums ``a`` (an index outside ``[0, C)`` counts for no class).
+    ``TP`` and ``sum(a)`` are summed separately, so ``FP = sum(a) - TP`` can come out
+    a rounding error below 0 where it is 0: ``FP`` and ``TN`` are clamped at 0.
 
     >>> a = torch.tensor([[[0.5, 0.25], [0.5, 0.75]]])  # (N, C, M) = (1, 2, 2)
     >>> [c.tolist() for c in _index_counts(a, torch.tensor([[[0, 1]]]))]
@@ -104,9 +142,17 @@ def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]
     """
     c = a.shape[1]
     flat = y.reshape(-1)
-    pp = a.sum((0, 2), dtype=_sum_dtype(a)).to(torch.float64)
-    tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64), minlength=c)
-    pos = torch.bincount(flat, minlength=c).to(torch.float64)
+    acc = _sum_dtype(a)
+    if _host(a):
+        pp = a.sum((0, 2), dtype=acc).to(torch.float64)
+        tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64),
+                            minlength=c)
+        pos = torch.bincount(flat, minlength=c).to(torch.float64)
+    else:
+        hit = index_hits(y, c)
+        sums = (a.sum((0, 2), dtype=acc), torch.where(hit, a, 0.0).sum((0, 2), dtype=acc),
+                hit.sum((0, 2), dtype=acc))
+        pp, tp, pos = torch.stack(sums).to(torch.float64).unbind()
     fp = (pp - tp).clamp_min(0)
     fn = pos - tp
     tn = (float(flat.numel()) - pos - fp).clamp_min(0)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import _HALF_MAX, _counts, _rows, _to_input_dtype, _wide, overlap_share, soft_counts
+from .counts import _HALF_MAX, _counts, _host, _rows, _to_input_dtype, _wide, index_hits, overlap_share, soft_counts
 from .distributed import CountPool, count_pool
 from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
@@ -81,10 +81,12 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             c1, c0 = (grad.to(coef.dtype) * coef).unsqueeze(-1).unbind()
             if y.is_floating_point():
                 grad_s = torch.addcmul(c0, y, c1 - c0)
-            else:  # class indices: c0 everywhere, c1 at each element's own class
+            elif _host(y):  # class indices: c0 everywhere, c1 at each element's own class
                 n, m = y.shape[0], y.shape[-1]
                 grad_s = c0.expand(n, -1, m).contiguous()
                 grad_s.scatter_(1, y, c1.reshape(-1)[y])
+            else:  # the same as one fused pass, without a scatter's scalar stores
+                grad_s = torch.where(index_hits(y, c1.shape[0]), c1, c0)
             if w is not None:
                 grad_s = grad_s.mul_(w)
             if d is not None:
@@ -313,7 +315,10 @@ class MetricLoss(torch.nn.Module):
         r = class_rows(input, target, self.mode, self.from_logits, self.ignore_index,
                        self.classes, self.class_weights, need_hard=False,
                        labels_checked=self.validate_args and eager,
-                       index_labels=(host and self.backward_mode == "symbolic"
+                       # indices are counted by bincount on the CPU in eager mode,
+                       # which needs them validated; elsewhere by a fused comparison
+                       index_labels=(self.backward_mode == "symbolic"
+                                     and (self.validate_args or not host)
                                      and not samplewise and average != "micro"
                                      and weight is None and not self.soft_label),
                        class_step=step)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .counts import compact_indices
 from .hints import _multilabel_validate, _warn_if_probabilities
 from .options import select_classes
 
@@ -145,9 +146,11 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     batches here.
 
     ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),
-    so a one-hot ``scatter`` may build the labels. With ``index_labels`` as well
-    (the loss asks for it on the CPU only), multiclass class-index targets (all
-    classes, no ``ignore_index``) come back as ``y`` of shape ``(N, 1, M)``, int64.
+    so a one-hot ``scatter`` may build the labels. With ``index_labels``,
+    multiclass class-index targets (all classes, no ``ignore_index``) come back as
+    ``y`` of shape ``(N, 1, M)``, int64: the caller asks for it where its counts and
+    backward handle indices (``counts._index_counts``), which on the CPU in eager mode
+    means validated indices.
     Raises :class:`MetricError` when the target's shape (or
     dtype, for class indices) does not fit the mode. Only shapes are checked,
     so this stays traceable by ``torch.compile``; label values are not inspected.
@@ -169,7 +172,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if mode == "multilabel":
         r = _multilabel_format(input, target, from_logits, ignore_index, need_hard, threshold)
     else:
-        allow = labels_checked and index_labels and chosen is None
+        allow = index_labels and chosen is None
         r = _multiclass_format(input, target, from_logits, ignore_index, need_hard,
                                labels_checked, allow, class_step)
 
@@ -272,7 +275,8 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                       f"targets of shape {tuple(input.shape)}")
         t = target.reshape(n, 1, m)
         if ignore_index is None and index_labels:
-            return ClassRows(s, t.long(), None, hard, False, None, scores, None, None)
+            return ClassRows(s, compact_indices(t, c), None, hard, False, None, scores, None,
+                             None)
         if labels_checked and ignore_index is None and not torch.compiler.is_compiling():
             # one pass instead of a comparison and a conversion (which Inductor fuses)
             y = torch.zeros_like(s).scatter_(1, t if t.dtype == torch.int64 else t.long(), 1.0)

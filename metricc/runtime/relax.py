@@ -312,11 +312,16 @@ class Softmax(Linear):
     def classes(self, x: Tensor, temperature: float, from_logits: bool, *,
                 autograd: bool = False) -> Tensor:
         """:meth:`class_value` of ``x``, with :meth:`class_vjp` as its backward
-        (``autograd=True``: autograd differentiates the plain ops instead).
+        (``autograd=True``: autograd differentiates the plain ops instead). On logits
+        that is ``torch.softmax`` with torch's own softmax backward, in either mode.
 
         Works in float32 at least; the result keeps that dtype.
         """
         x = x.to(torch.promote_types(x.dtype, torch.float32))
+        if from_logits:
+            # torch's softmax and its fused backward are exactly class_value and class_vjp
+            # (tested); at T = 1 the division would be a wasted pass over the input.
+            return torch.softmax(x if temperature == 1 else x / temperature, 1)
         if autograd:
             return self.class_value(x, temperature, from_logits)
         return _ClassRelaxation.apply(x, self, temperature, from_logits)
