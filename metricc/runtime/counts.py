@@ -165,6 +165,8 @@ def _rows(x: Tensor | float, like: Tensor) -> Tensor:
     Generated kernels return plain numbers for constant parts (``g1 = 0`` for
     a metric without TP or FN); autograd and ``save_for_backward`` need tensors.
     """
+    if isinstance(x, Tensor) and x.shape == like.shape and x.dtype == like.dtype:
+        return x  # the usual case; building a copy costs more than the kernel itself
     return torch.zeros_like(like) + x
 
 
