@@ -55,14 +55,12 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                     allow_empty: bool = False) -> None:
     """Refuse inputs the loss would silently mis-train on, naming the fix.
 
-    Type, device, emptiness and (binary) shape checks are free and always
-    run; the ``_<mode>_format`` stages check the other modes' shapes. The checks
-    that read the data (NaN/inf, ranges, class indices) cost one min/max pass
-    over each tensor and one device sync; they run when ``validate_args`` is
-    true and the module is not being traced by ``torch.compile`` (a
-    data-dependent ``if`` would break a ``fullgraph=True`` graph).
-    ``allow_empty`` (under ``sync_dist``): an empty shard still takes part in the
-    all-reduce with zero counts.
+    Type, device, emptiness and (binary) shape checks are free and always run; the
+    ``_<mode>_format`` stages check the other modes' shapes. The checks that read the data
+    (NaN/inf, ranges, class indices) cost one min/max pass over each tensor and one device
+    sync; they run when ``validate_args`` is true and the module is not being traced by
+    ``torch.compile`` (a data-dependent ``if`` would break a ``fullgraph=True`` graph).
+    ``allow_empty`` (``sync_dist``): an empty shard joins the all-reduce with zero counts.
     """
     err = MetricError
     if not isinstance(input, Tensor) or not isinstance(target, Tensor):
@@ -135,25 +133,22 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                ignore_index: int | None, classes: tuple[int, ...] | None,
                class_weights: tuple[float, ...] | None, need_hard: bool = True,
-               threshold: float = 0.5, labels_checked: bool = False,
-               index_labels: bool = False,
+               threshold: float = 0.5, labels_checked: bool = False, index_labels: bool = False,
                class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
 
-    ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits
-    ``>= 0``, or the argmax in multiclass mode) is ``None`` unless ``need_hard``.
-    The loss and the hard-label score (``metricc.score``) both lay out their
-    batches here.
+    ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits ``>= 0``, or the
+    argmax in multiclass mode) is ``None`` unless ``need_hard``. The loss and the
+    hard-label score (``metricc.score``) both lay out their batches here.
 
-    ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),
-    so a one-hot ``scatter`` may build the labels. With ``index_labels``,
-    multiclass class-index targets (all classes, no ``ignore_index``) come back as
-    ``y`` of shape ``(N, 1, M)``, int64: the caller asks for it where its counts and
-    backward handle indices (``counts._index_counts``), which on the CPU in eager mode
-    means validated indices.
-    Raises :class:`MetricError` when the target's shape (or
-    dtype, for class indices) does not fit the mode. Only shapes are checked,
-    so this stays traceable by ``torch.compile``; label values are not inspected.
+    ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated), so a
+    one-hot ``scatter`` may build the labels. With ``index_labels``, multiclass class-index
+    targets (all classes, no ``ignore_index``) come back as ``y`` of shape ``(N, 1, M)``
+    (``counts.compact_indices``): the caller asks for it where its counts and backward
+    handle indices (``counts._index_counts``), which on the CPU in eager mode means
+    validated indices.
+    Raises :class:`MetricError` when the target's shape (or dtype, for class indices) does
+    not fit the mode. Only shapes are checked (traceable by ``torch.compile``), not labels.
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
     ``class_step`` (multiclass) maps the ``(N, C, *)`` input to class memberships in
     place of the softmax (a class-wise relaxation); its output is counted as it is.
@@ -258,8 +253,8 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
     labels = torch.arange(c, device=input.device).view(1, c, 1)
     # argmax of the logits is the argmax of the softmax: presence is decided on the input
     scores = input.detach().reshape(n, c, m)
-    # max(1).indices is that argmax (first maximum on ties, too) but several times faster
-    # on CPU than argmax(1); the loss does without it (see predicted)
+    # max(1).indices: that argmax (first maximum on ties) several times faster on CPU than
+    # argmax(1); the loss does without it (see predicted)
     hard = scores.max(1).indices.unsqueeze(1) == labels if need_hard else None
     if target.shape == input.shape:
         if ignore_index is not None:
@@ -298,11 +293,10 @@ def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None)
     exact or False. ``need=None`` (under ``torch.compile``, and on CUDA) computes
     every entry without data-dependent branches.
 
-    Multiclass presence is the costly part: ``max(1).indices`` on CPU is ~40x slower
-    than ``amax(1)``. Given ``need``, only the classes that need it are looked at, one
-    by one: class ``j`` is the first maximum at an element iff it equals the maximum
-    there and every class before it is below it (a running prefix ``amax``), which is
-    the argmax rule (first maximum on ties) without an argmax.
+    Multiclass presence is the costly part: ``max(1).indices`` on CPU is ~40x slower than
+    ``amax(1)``. Given ``need``, only the classes that need it are looked at, one by one:
+    class ``j`` is the first maximum at an element iff it equals the maximum there and every
+    class before it is below it (a running prefix ``amax``): the argmax rule without an argmax.
     """
     n, k = r.s.shape[:2]
     ew = None if element_weights is None else element_weights.detach() > 0
@@ -316,9 +310,11 @@ def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None)
     c = x.shape[1]
     cols = list(range(c)) if r.chosen is None else r.chosen
     if need is None:
-        # One pass marks each element's argmax (first maximum, as documented) in an
-        # (N, C + 1) table; elements that are not counted go to the extra column.
-        idx = x.max(1).indices  # (N, M)
+        # Each element's argmax (first maximum: the least class at the maximum, one fused pass
+        # at a fraction of max(1).indices' cost) is marked in an (N, C + 1) table; elements
+        # that are not counted go to the extra column.
+        labels = torch.arange(c, device=x.device).view(1, c, 1)
+        idx = torch.where(x == x.amax(1, keepdim=True), labels, c).amin(1)  # (N, M)
         if r.mask is not None:
             idx = torch.where(r.mask[:, 0], idx, c)
         table = torch.zeros((n, c + 1), dtype=x.dtype, device=x.device).scatter_(1, idx, 1.0)
