@@ -143,7 +143,7 @@ def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]
     c = a.shape[1]
     flat = y.reshape(-1)
     acc = _sum_dtype(a)
-    if _host(a):
+    if _host(a) and y.dtype == torch.int64:  # not compact indices run eagerly after a graph break
         pp = a.sum((0, 2), dtype=acc).to(torch.float64)
         tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64),
                             minlength=c)
