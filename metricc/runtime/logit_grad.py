@@ -55,12 +55,17 @@ def softmax_index_function(cls: Any) -> Any:
                              for v in cls.metric_and_coefficients(*counts, eps))
             losses = (1 - value if cls.higher_is_better else value).to(a.dtype)
             v = class_average_weights(present, support, weights, average)
-            # d loss / d a: v_c sign g1_c at an element's own class c, v_c sign g0_c at
-            # the others; then the softmax's vector-Jacobian product, one pass over C.
+            # d loss / d a = g: v_c sign g1_c at an element's own class c, v_c sign g0_c at
+            # the others; then the softmax's vector-Jacobian product a (g - sum_c a_c g_c).
+            # The sum is written as sum_c a_c c0_c + sum_c [y = c] a_c (c1_c - c0_c), not from
+            # g itself: Inductor would store g, (N, C, M), for the two uses; so it stores two
+            # (N, 1, M) sums, and the labels are read as compact indices.
             coef = torch.stack((g1, g0)) * (v * (sign / temperature))
             c1, c0 = coef.to(a.dtype).unsqueeze(-1).unbind()
-            g = torch.where(index_hits(y, a.shape[1]), c1, c0)
-            ctx.save_for_backward(a * (g - (a * g).sum(1, keepdim=True)))
+            own = index_hits(y, a.shape[1])
+            dot = ((a * c0).sum(1, keepdim=True)
+                   + torch.where(own, a * (c1 - c0), 0.0).sum(1, keepdim=True))
+            ctx.save_for_backward(a * (torch.where(own, c1, c0) - dot))
             ctx.pool, ctx.in_dtype = pool, in_dtype
             return (v.to(a.dtype) * losses).sum()
 
