@@ -232,6 +232,7 @@ def test_import_metricc_does_not_import_torch() -> None:
     ["gpu_check.py", "--quick"],  # no CUDA here: says so, exits 0
     ["gpu_check.py", "--quick", "--device", "cpu", "--no-compile"],  # the code path itself
     ["bench_peers.py", "--quick", "--no-compile"],
+    ["bench_peers.py", "--quick", "--no-compile", "--cases", "binary", "--steady-malloc"],
 ])
 def test_benchmark_scripts_run(script: list[str]) -> None:
     """Smoke runs at tiny sizes: the scripts work and print their tables."""
@@ -242,4 +243,6 @@ def test_benchmark_scripts_run(script: list[str]) -> None:
                 "gpu_check.py": "CUDA", "bench_peers.py": "forward+backward"}[script[0]]
     if "--device" in script:
         expected = "all checks passed"
+    if "--steady-malloc" in script:  # the re-exec'd run says so
+        expected = "steady malloc"
     assert expected in out.stdout, out.stdout
