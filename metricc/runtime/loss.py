@@ -14,20 +14,21 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import _HALF_MAX, _counts, _host, _rows, _to_input_dtype, _wide, index_hits, overlap_share, soft_counts
+from .counts import (
+    _HALF_MAX,
+    _counts,
+    _rows,
+    _to_input_dtype,
+    _wide,
+    count_adjoint,
+    overlap_share,
+    soft_counts,
+)
 from .distributed import CountPool, count_pool
 from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
 from .weights import validate_weight, weight_rows
-
-
-def _graph_kept() -> bool:
-    """Whether the running backward keeps the graph (``retain_graph``/``create_graph``),
-    so that saved tensors will be read again; True outside a backward, or where this
-    torch does not say."""
-    keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return True if keep is None else bool(keep())
 
 
 def _symbolic_function(cls: type[MetricLoss]) -> Any:
@@ -87,34 +88,7 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             # the forward's working dtype (float32 at least): in half, a coefficient of
             # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
             c1, c0 = (grad.to(coef.dtype) * coef).unsqueeze(-1).unbind()
-            if y.is_floating_point() and _host(y) and c0.numel() == 1:
-                # One row on the CPU: plain numbers make two vectorized passes of
-                # what addcmul with broadcast tensor operands does several times slower.
-                a0, a1 = float(c0), float(c1 - c0)
-                if d is not None and a0 != 0 and abs(a1) < 1e30 * abs(a0):
-                    # d (1 + y a1 / a0) a0; in place where d is needed by no later
-                    # backward: a fresh buffer costs page faults on every use.
-                    grad_s = (torch.addcmul(d, d, y, value=a1 / a0) if _graph_kept()
-                              else d.addcmul_(d, y, value=a1 / a0)).mul_(a0)
-                    d = None
-                elif d is not None:
-                    grad_s = torch.mul(d, a0).addcmul_(d, y, value=a1)
-                    d = None
-                else:
-                    grad_s = torch.mul(y, a1).add_(a0)
-            elif y.is_floating_point():
-                grad_s = torch.mul(y, c1 - c0).add_(c0)
-            elif _host(y):  # class indices: c0 everywhere, c1 at each element's own class
-                n, m = y.shape[0], y.shape[-1]
-                grad_s = c0.expand(n, -1, m).contiguous()
-                # index_select, not c1[y]: advanced indexing is several times slower
-                grad_s.scatter_(1, y, c1.reshape(-1).index_select(0, y.reshape(-1)).view(y.shape))
-            else:  # the same as one fused pass, without a scatter's scalar stores
-                grad_s = torch.where(index_hits(y, c1.shape[0]), c1, c0)
-            if w is not None:
-                grad_s = grad_s.mul_(w)
-            if d is not None:
-                grad_s = grad_s.mul_(d)
+            grad_s = count_adjoint(y, w, d, c1, c0)
             return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 10)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"

@@ -146,11 +146,9 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     batches here.
 
     ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),
-    so a one-hot ``scatter`` may build the labels. With ``index_labels``,
-    multiclass class-index targets (all classes, no ``ignore_index``) come back as
-    ``y`` of shape ``(N, 1, M)``, int64: the caller asks for it where its counts and
-    backward handle indices (``counts._index_counts``), which on the CPU in eager mode
-    means validated indices.
+    so a one-hot ``scatter`` may build the labels. ``index_labels``: multiclass
+    class-index targets (all classes, no ``ignore_index``) come back as ``y`` of shape
+    ``(N, 1, M)`` (``counts.compact_indices``; validated ones on the CPU in eager mode).
     Raises :class:`MetricError` when the target's shape (or
     dtype, for class indices) does not fit the mode. Only shapes are checked,
     so this stays traceable by ``torch.compile``; label values are not inspected.
@@ -236,7 +234,6 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                        labels_checked: bool = False, index_labels: bool = False,
                        class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
-
     Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
     the hard prediction is the argmax. The rows hold probabilities, so the
     returned ``from_logits`` is False.
@@ -275,8 +272,7 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                       f"targets of shape {tuple(input.shape)}")
         t = target.reshape(n, 1, m)
         if ignore_index is None and index_labels:
-            return ClassRows(s, compact_indices(t, c), None, hard, False, None, scores, None,
-                             None)
+            return ClassRows(s, compact_indices(t, c), None, hard, False, None, scores, None, None)
         if labels_checked and ignore_index is None and not torch.compiler.is_compiling():
             # one pass instead of a comparison and a conversion (which Inductor fuses)
             y = torch.zeros_like(s).scatter_(1, t if t.dtype == torch.int64 else t.long(), 1.0)
