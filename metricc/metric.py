@@ -90,7 +90,12 @@ class Metric:
         # parameters and direction (compile's own arguments), and is compiled again where
         # it lands, from compile's cache in a process that compiled it already (e.g.
         # inside a pickled StatefulMetric, or a pickled loss below).
-        return (_rebuild_metric, self._spec)
+        return self._recipe
+
+    @property
+    def _recipe(self) -> tuple[Any, ...]:
+        """``(function, args)`` that compile this metric again (``__reduce__``'s answer)."""
+        return self.__dict__.get("_constraint_recipe") or (_rebuild_metric, self._spec)
 
     def _check_expr(self, expr: sympy.Expr) -> None:
         if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
@@ -328,8 +333,10 @@ class Metric:
                                if COUNTS["TN"] in self.expr.free_symbols else ""))
             # Generated classes live in no importable module, so pickle could not find
             # them by name: their modules pickle as the metric's spec plus their state.
-            cls._metric_spec = self._spec  # type: ignore[attr-defined]
+            cls._metric_recipe = self._recipe  # type: ignore[attr-defined]
             cls.__reduce_ex__ = _reduce_loss  # type: ignore[method-assign,assignment]
+            # and the class itself, where a module holds it (a constraint's kernels)
+            cls._class_recipe = (_rebuild_loss_class, (self._recipe,))  # type: ignore[attr-defined]
             self._loss_class = cls
         return self._loss_class
 
@@ -638,16 +645,31 @@ def _rebuild_metric(formula: str, param_items: tuple[tuple[str, float], ...],
                    constraints=constraints or None, **dict(param_items))
 
 
-def _rebuild_loss(spec: tuple[Any, ...]) -> MetricLoss:
+def _rebuild_loss(recipe: tuple[Any, ...]) -> MetricLoss:
     """Unpickle a loss module: an empty instance of its metric's (re)compiled loss class;
     pickle then restores its state (options, buffers, memory) with ``__setstate__``."""
-    cls = _rebuild_metric(*spec).loss_class
+    cls = _rebuild_loss_class(recipe)
     return cls.__new__(cls)
+
+
+def _rebuild_constraint_metric(spec: tuple[Any, ...], index: int) -> Metric:
+    """Unpickle the metric of constraint ``index`` of the metric ``compile(*spec)``."""
+    return _rebuild_metric(*spec).constraints[index].metric
+
+
+def _rebuild_loss_class(recipe: tuple[Any, ...]) -> type[MetricLoss]:
+    """Unpickle a generated loss class: its metric's (re)compiled ``loss_class``.
+
+    ``recipe`` is a metric's ``_recipe``; pickles written before recipes existed hold
+    ``compile``'s arguments instead.
+    """
+    metric = recipe[0](*recipe[1]) if callable(recipe[0]) else _rebuild_metric(*recipe)
+    return metric.loss_class
 
 
 def _reduce_loss(self: MetricLoss, protocol: int) -> tuple[Any, ...]:
     """``__reduce_ex__`` of generated loss classes (pickle, ``copy.deepcopy``, ``torch.save``)."""
-    return (_rebuild_loss, (type(self)._metric_spec,), self.__dict__)  # type: ignore[attr-defined]
+    return (_rebuild_loss, (type(self)._metric_recipe,), self.__dict__)  # type: ignore[attr-defined]
 
 
 @lru_cache(maxsize=256)
@@ -700,4 +722,8 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
             metric = Metric(parsed, given, name, direction, built)
         # this very cache entry, for pickling
         metric._spec = (formula, param_items, higher_is_better, constraints)
+        for i, c in enumerate(getattr(metric, "constraints", ())):  # none on K x K metrics
+            # a constraint's side has no formula of its own to compile: it comes back
+            # as the constraint of this metric
+            c.metric._constraint_recipe = (_rebuild_constraint_metric, (metric._spec, i))
         return metric

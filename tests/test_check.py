@@ -172,10 +172,12 @@ def test_named_metrics_analyse_fast() -> None:
     times = {}
     for name in METRICS:
         m = metricc.compile(name)
-        start = time.perf_counter()
+        # CPU time of this process, not the wall clock: other jobs on a loaded CI machine
+        # once pushed a wall-clock measurement past the bound.
+        start = time.process_time()
         check(m.expr, m.analysis.gradient)
-        times[name] = time.perf_counter() - start
-    # ~0.05 s typical, 0.4 s for prevalence_threshold on an idle core; generous for busy CI.
+        times[name] = time.process_time() - start
+    # ~0.05 s typical, 0.4 s for prevalence_threshold; generous for slow CI machines.
     assert max(times.values()) < 3.0, times
 
 

@@ -108,3 +108,42 @@ def test_unpickled_in_a_fresh_process() -> None:
     name, value, dtype = out.stdout.decode().split()
     assert name == "CustomMetricLoss" and dtype == "torch.float64"
     assert float(value) == pytest.approx(float(expected), abs=1e-6)
+
+
+CONSTRAINED = """
+import pickle, sys, torch
+loss = pickle.loads(sys.stdin.buffer.read()).eval()
+x = torch.tensor([2.0, -1.0, 0.5, -3.0, 1.5]); y = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0])
+print(type(loss).__name__, repr(float(loss(x, y))), *loss.multipliers.tolist())
+"""
+
+
+def test_constrained_loss_pickles_deepcopies_and_saves_with_its_multipliers() -> None:
+    """A constraint's side (``TP/(TP+FP+FN)`` of ``... >= 0.3``) has no formula of its own:
+    its kernels come back as that constraint of the recompiled metric, in this process and
+    in one that never compiled it."""
+    m = metricc.compile("precision subject to TP/(TP + FP + FN) >= 0.3",
+                        constraints=["recall >= 0.9"])
+    loss = m.loss(from_logits=True, memory_decay=0.5, multiplier_lr=0.5)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, generator=gen), (torch.rand(64, generator=gen) < 0.4).float()
+    loss(x.requires_grad_(True), y).backward()  # one training step: a multiplier moves
+    loss.eval()
+    assert float(loss.multipliers.max()) > 0
+    buf = io.BytesIO()
+    torch.save(loss, buf)
+    buf.seek(0)
+    copies = [pickle.loads(pickle.dumps(loss)), copy.deepcopy(loss),
+              torch.load(buf, weights_only=False)]
+    for back in copies:
+        assert type(back) is type(loss) and back.labels == loss.labels
+        assert torch.equal(back.multipliers, loss.multipliers)
+        assert torch.equal(back(x, y), loss(x, y))  # the remembered counts came along
+    xs = torch.tensor([2.0, -1.0, 0.5, -3.0, 1.5])
+    ys = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", CONSTRAINED], input=pickle.dumps(loss), env=env,
+                         capture_output=True, check=True, timeout=120)
+    name, value, *lams = out.stdout.decode().split()
+    assert name == "ConstrainedLoss" and [float(v) for v in lams] == loss.multipliers.tolist()
+    assert float(value) == float(loss(xs, ys))

@@ -47,6 +47,20 @@ class ConstraintSpec(NamedTuple):
     op: str
     bound: float
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A generated kernels class lives in no importable module: pickle it as the recipe
+        # that compiles it again (set by metricc.compile), or by name where it has none.
+        recipe = getattr(self.kernels, "_class_recipe", None)
+        if recipe is None:
+            return (ConstraintSpec, tuple(self))
+        return (_rebuilt_spec, (self.label, *recipe, self.op, self.bound))
+
+
+def _rebuilt_spec(label: str, rebuild: Any, args: tuple[Any, ...], op: str, bound: float
+                  ) -> ConstraintSpec:
+    """Unpickle a :class:`ConstraintSpec` whose kernels class is compiled again."""
+    return ConstraintSpec(label, rebuild(*args), op, bound)
+
 
 class _Terms(NamedTuple):
     """Everything the forward needs besides the tensors (one object, so apply() stays short)."""

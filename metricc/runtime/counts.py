@@ -144,7 +144,9 @@ def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]
     c = a.shape[1]
     flat = y.reshape(-1)
     acc = _sum_dtype(a)
-    if _host(a) and y.dtype == torch.int64:  # not compact indices run eagerly after a graph break
+    # int64 on the host: validated indices. Compact ones traced for a compiled graph take the
+    # fused form also when a graph break (memory_decay) runs this eagerly: gather needs int64.
+    if _host(a) and y.dtype == torch.int64:
         pp = a.sum((0, 2), dtype=acc).to(torch.float64)
         tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64),
                             minlength=c)
@@ -161,6 +163,54 @@ def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]
     fn = pos - tp
     tn = (float(flat.numel()) - pos - fp).clamp_min(0)
     return tp, fp, fn, tn
+
+
+def _graph_kept() -> bool:
+    """Whether the running backward keeps the graph (``retain_graph``/``create_graph``),
+    so that saved tensors will be read again; True outside a backward, or where this
+    torch does not say."""
+    keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if keep is None else bool(keep())
+
+
+def count_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: Tensor, c0: Tensor
+                  ) -> Tensor:
+    """The backward of the counts: ``(c0 + (c1 - c0) y) w d`` for every element.
+
+    ``c1``, ``c0`` (``(R, 1)``) are each row's ``d loss / d a`` at label 1 and 0; ``y`` holds
+    the labels, or class indices (``c1`` at each element's own class); ``w`` the element
+    weights and ``d`` = ``dA/ds``, either ``None`` for 1. ``d`` may be overwritten where no
+    later backward reads it.
+    """
+    if y.is_floating_point() and _host(y) and c0.numel() == 1:
+        # One row on the CPU: plain numbers make two vectorized passes of
+        # what addcmul with broadcast tensor operands does several times slower.
+        a0, a1 = float(c0), float(c1 - c0)
+        if d is not None and a0 != 0 and abs(a1) < 1e30 * abs(a0):
+            # d (1 + y a1 / a0) a0; in place where d is needed by no later
+            # backward: a fresh buffer costs page faults on every use.
+            grad_s = (torch.addcmul(d, d, y, value=a1 / a0) if _graph_kept()
+                      else d.addcmul_(d, y, value=a1 / a0)).mul_(a0)
+            d = None
+        elif d is not None:
+            grad_s = torch.mul(d, a0).addcmul_(d, y, value=a1)
+            d = None
+        else:
+            grad_s = torch.mul(y, a1).add_(a0)
+    elif y.is_floating_point():
+        grad_s = torch.mul(y, c1 - c0).add_(c0)
+    elif _host(y) and y.dtype == torch.int64:  # class indices: c1 at each one's class, else c0
+        n, m = y.shape[0], y.shape[-1]
+        grad_s = c0.expand(n, -1, m).contiguous()
+        # index_select, not c1[y]: advanced indexing is several times slower
+        grad_s.scatter_(1, y, c1.reshape(-1).index_select(0, y.reshape(-1)).view(y.shape))
+    else:  # the same as one fused pass, without a scatter's scalar stores
+        grad_s = torch.where(index_hits(y, c1.shape[0]), c1, c0)
+    if w is not None:
+        grad_s = grad_s.mul_(w)
+    if d is not None:
+        grad_s = grad_s.mul_(d)
+    return grad_s
 
 
 def _rows(x: Tensor | float, like: Tensor) -> Tensor:

@@ -1,7 +1,8 @@
 """``MetricLoss``: the loss module every compiled metric subclasses, and its autograd Function.
 
-A compiled metric fills in the two generated kernels (``metric_value``, ``metric_and_coefficients``);
-everything else is here and in the modules it imports, which standalone loss files carry too.
+A compiled metric fills in the two generated kernels (``metric_value``,
+``metric_and_coefficients``); everything else is here and in the modules this
+one imports, which standalone loss files carry too.
 """
 
 from __future__ import annotations
@@ -13,20 +14,22 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import _HALF_MAX, _counts, _host, _rows, _to_input_dtype, _wide, index_hits, overlap_share, soft_counts
+from .counts import (
+    _HALF_MAX,
+    _counts,
+    _rows,
+    _to_input_dtype,
+    _wide,
+    count_adjoint,
+    overlap_share,
+    soft_counts,
+)
 from .distributed import CountPool, count_pool
 from .logit_grad import softmax_index_function, softmax_index_loss
 from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
 from .weights import validate_weight, weight_rows
-
-
-def _graph_kept() -> bool:
-    """Whether the running backward keeps the graph (``retain_graph``/``create_graph``):
-    saved tensors will be read again. True outside a backward, or where torch does not say."""
-    keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return True if keep is None else bool(keep())
 
 
 def _symbolic_function(cls: type[MetricLoss]) -> Any:
@@ -39,7 +42,8 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
                     amplifier: float, slope: float, offset: float, from_logits: bool,
                     eps: float, pool: CountPool | None = None, soft_label: bool = False
                     ) -> tuple[Tensor, Tensor]:
-            # Half and bfloat16 work in float32 (see backward); the gradient returns in the input's.
+            # Half and bfloat16 work in float32 (see backward); the gradient returns
+            # in the input's dtype.
             in_dtype = s.dtype
             work = _wide(in_dtype)
             if work != in_dtype:
@@ -58,17 +62,19 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
                 counts = pool(counts)
             value, g1, g0 = (_rows(x, counts[0])
                              for x in cls.metric_and_coefficients(*counts, eps))
-            # Per-row coefficients, scaled and in the working dtype here: the backward's
-            # elementwise pass (fused with them by torch.compile) does two float multiplies.
+            # The per-row coefficients, scaled and in the working dtype here, so that the
+            # backward's elementwise pass (which torch.compile fuses with them) does two
+            # float multiplies per row instead of a chain in float64.
             coef = torch.stack((g1, g0)).to(work) * (sign * k)
             # d metric / d a = u g1 + (1 - u) g0 with u = y for the product counts and
             # u = d min(a, y) / d a for soft labels: the backward below serves both.
             u = overlap_share(a, y, g1, g0) if soft_label else y
             ctx.save_for_backward(u, w, d, coef)
-            ctx.in_dtype, ctx.pool = in_dtype, pool
+            ctx.in_dtype = in_dtype
+            ctx.pool = pool
             loss = 1 - value if cls.higher_is_better else value
-            # Half inputs get a float32 loss, as autocast gives torch's losses: unbounded
-            # metrics (odds ratios) pass 65504 at their singular set.
+            # Half inputs get a float32 loss, as autocast gives torch's own losses:
+            # unbounded metrics (odds ratios) pass 65504 at their singular set.
             return loss.to(_wide(s.dtype)), support
 
         @staticmethod
@@ -78,38 +84,12 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
-            # d loss / d a = sign * (y g1 + (1 - y) g0): two per-row scalars and one elementwise
-            # pass, no autograd graph through the sums. In the forward's working dtype (float32+):
-            # in half, a coefficient of 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN, not 1e-5.
+            # d loss / d a = sign * (y g1 + (1 - y) g0): two per-row scalars and
+            # one elementwise pass, with no autograd graph through the sums. It runs in
+            # the forward's working dtype (float32 at least): in half, a coefficient of
+            # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
             c1, c0 = (grad.to(coef.dtype) * coef).unsqueeze(-1).unbind()
-            if y.is_floating_point() and _host(y) and c0.numel() == 1:
-                # One row on the CPU: plain numbers make two vectorized passes of what
-                # addcmul with broadcast tensor operands does several times slower.
-                a0, a1 = float(c0), float(c1 - c0)
-                if d is not None and a0 != 0 and abs(a1) < 1e30 * abs(a0):
-                    # d (1 + y a1 / a0) a0; in place where no later backward needs d:
-                    # a fresh buffer costs page faults on every use.
-                    grad_s = (torch.addcmul(d, d, y, value=a1 / a0) if _graph_kept()
-                              else d.addcmul_(d, y, value=a1 / a0)).mul_(a0)
-                    d = None
-                elif d is not None:
-                    grad_s = torch.mul(d, a0).addcmul_(d, y, value=a1)
-                    d = None
-                else:
-                    grad_s = torch.mul(y, a1).add_(a0)
-            elif y.is_floating_point():
-                grad_s = torch.mul(y, c1 - c0).add_(c0)
-            elif _host(y) and y.dtype == torch.int64:  # class indices: c1 at each one's class, else c0
-                n, m = y.shape[0], y.shape[-1]
-                grad_s = c0.expand(n, -1, m).contiguous()
-                # index_select, not c1[y]: advanced indexing is several times slower
-                grad_s.scatter_(1, y, c1.reshape(-1).index_select(0, y.reshape(-1)).view(y.shape))
-            else:  # the same as one fused pass, without a scatter's scalar stores
-                grad_s = torch.where(index_hits(y, c1.shape[0]), c1, c0)
-            if w is not None:
-                grad_s = grad_s.mul_(w)
-            if d is not None:
-                grad_s = grad_s.mul_(d)
+            grad_s = count_adjoint(y, w, d, c1, c0)
             return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 10)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
@@ -156,7 +136,8 @@ class MetricLoss(torch.nn.Module):
     #: (``docs/modes.md``); the message names the K x K metric to use instead.
     micro_refusal: ClassVar[str] = ""
     _function: ClassVar[Any] = None
-    _softmax_function: ClassVar[Any] = None  # logit_grad: the compiled softmax-index form
+    #: The compiled multiclass softmax loss on class indices (``logit_grad``).
+    _softmax_function: ClassVar[Any] = None
 
     @staticmethod
     def metric_value(TP: Tensor, FP: Tensor, FN: Tensor, TN: Tensor, eps: float) -> Tensor:
@@ -276,8 +257,10 @@ class MetricLoss(torch.nn.Module):
                    from_logits: bool | None = None) -> Tensor:
         """Loss of each row of ``(R, M)`` scores against ``(R, M)`` labels, shape ``(R,)``.
 
-        ``(N, R, M)`` inputs give one loss per row ``r``, pooling ``[:, r, :]``. ``from_logits``
-        overrides the module's (multiclass rows hold softmax probabilities of logit inputs).
+        ``(N, R, M)`` inputs give one loss per row ``r``, pooling ``[:, r, :]``.
+
+        ``from_logits`` overrides the module's setting (multiclass rows hold
+        softmax probabilities even when the input held logits).
         """
         return self._losses_and_support(s, y, w, from_logits)[0]
 
@@ -341,8 +324,9 @@ class MetricLoss(torch.nn.Module):
                                      and not samplewise and average != "micro"
                                      and weight is None and not self.soft_label),
                        class_step=step)
-        if (fused := softmax_index_loss(self, input, r, average)) is not None:
-            return fused  # compiled, softmax on class indices: see logit_grad
+        fused = softmax_index_loss(self, input, r, average)
+        if fused is not None:  # compiled, a softmax on class indices: see logit_grad
+            return fused
         n, k, m = r.s.shape
         # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
         # is inf in float16, and the counts are summed in float32+ anyway.

@@ -133,22 +133,23 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                ignore_index: int | None, classes: tuple[int, ...] | None,
                class_weights: tuple[float, ...] | None, need_hard: bool = True,
-               threshold: float = 0.5, labels_checked: bool = False, index_labels: bool = False,
+               threshold: float = 0.5, labels_checked: bool = False,
+               index_labels: bool = False,
                class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """Lay out ``input`` and ``target`` as ``(N, K, M)`` rows for ``mode``.
 
-    ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits ``>= 0``, or the
-    argmax in multiclass mode) is ``None`` unless ``need_hard``. The loss and the
-    hard-label score (``metricc.score``) both lay out their batches here.
+    ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits
+    ``>= 0``, or the argmax in multiclass mode) is ``None`` unless ``need_hard``.
+    The loss and the hard-label score (``metricc.score``) both lay out their
+    batches here.
 
-    ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated), so a
-    one-hot ``scatter`` may build the labels. With ``index_labels``, multiclass class-index
-    targets (all classes, no ``ignore_index``) come back as ``y`` of shape ``(N, 1, M)``
-    (``counts.compact_indices``): the caller asks for it where its counts and backward
-    handle indices (``counts._index_counts``), which on the CPU in eager mode means
-    validated indices.
-    Raises :class:`MetricError` when the target's shape (or dtype, for class indices) does
-    not fit the mode. Only shapes are checked (traceable by ``torch.compile``), not labels.
+    ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),
+    so a one-hot ``scatter`` may build the labels. ``index_labels``: multiclass
+    class-index targets (all classes, no ``ignore_index``) come back as ``y`` of shape
+    ``(N, 1, M)`` (``counts.compact_indices``; validated ones on the CPU in eager mode).
+    Raises :class:`MetricError` when the target's shape (or
+    dtype, for class indices) does not fit the mode. Only shapes are checked,
+    so this stays traceable by ``torch.compile``; label values are not inspected.
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
     ``class_step`` (multiclass) maps the ``(N, C, *)`` input to class memberships in
     place of the softmax (a class-wise relaxation); its output is counted as it is.
@@ -231,7 +232,6 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                        labels_checked: bool = False, index_labels: bool = False,
                        class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
-
     Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
     the hard prediction is the argmax. The rows hold probabilities, so the
     returned ``from_logits`` is False.
@@ -253,8 +253,8 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
     labels = torch.arange(c, device=input.device).view(1, c, 1)
     # argmax of the logits is the argmax of the softmax: presence is decided on the input
     scores = input.detach().reshape(n, c, m)
-    # max(1).indices: that argmax (first maximum on ties) several times faster on CPU than
-    # argmax(1); the loss does without it (see predicted)
+    # max(1).indices is that argmax (first maximum on ties, too) but several times faster
+    # on CPU than argmax(1); the loss does without it (see predicted)
     hard = scores.max(1).indices.unsqueeze(1) == labels if need_hard else None
     if target.shape == input.shape:
         if ignore_index is not None:
@@ -270,8 +270,7 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                       f"targets of shape {tuple(input.shape)}")
         t = target.reshape(n, 1, m)
         if ignore_index is None and index_labels:
-            return ClassRows(s, compact_indices(t, c), None, hard, False, None, scores, None,
-                             None)
+            return ClassRows(s, compact_indices(t, c), None, hard, False, None, scores, None, None)
         if labels_checked and ignore_index is None and not torch.compiler.is_compiling():
             # one pass instead of a comparison and a conversion (which Inductor fuses)
             y = torch.zeros_like(s).scatter_(1, t if t.dtype == torch.int64 else t.long(), 1.0)
@@ -293,10 +292,11 @@ def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None)
     exact or False. ``need=None`` (under ``torch.compile``, and on CUDA) computes
     every entry without data-dependent branches.
 
-    Multiclass presence is the costly part: ``max(1).indices`` on CPU is ~40x slower than
-    ``amax(1)``. Given ``need``, only the classes that need it are looked at, one by one:
-    class ``j`` is the first maximum at an element iff it equals the maximum there and every
-    class before it is below it (a running prefix ``amax``): the argmax rule without an argmax.
+    Multiclass presence is the costly part: ``max(1).indices`` on CPU is ~40x slower
+    than ``amax(1)``. Given ``need``, only the classes that need it are looked at, one
+    by one: class ``j`` is the first maximum at an element iff it equals the maximum
+    there and every class before it is below it (a running prefix ``amax``), which is
+    the argmax rule (first maximum on ties) without an argmax.
     """
     n, k = r.s.shape[:2]
     ew = None if element_weights is None else element_weights.detach() > 0
@@ -310,11 +310,11 @@ def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None)
     c = x.shape[1]
     cols = list(range(c)) if r.chosen is None else r.chosen
     if need is None:
-        # Each element's argmax (first maximum: the least class at the maximum, one fused pass
-        # at a fraction of max(1).indices' cost) is marked in an (N, C + 1) table; elements
-        # that are not counted go to the extra column.
-        labels = torch.arange(c, device=x.device).view(1, c, 1)
-        idx = torch.where(x == x.amax(1, keepdim=True), labels, c).amin(1)  # (N, M)
+        # Each element's argmax (first maximum, as documented: the least class at the
+        # maximum, which fuses into one pass, unlike max(1).indices) is marked in an
+        # (N, C + 1) table; elements that are not counted go to the extra column.
+        at_max = x == x.amax(1, keepdim=True)
+        idx = torch.where(at_max, torch.arange(c, device=x.device).view(1, c, 1), c).amin(1)
         if r.mask is not None:
             idx = torch.where(r.mask[:, 0], idx, c)
         table = torch.zeros((n, c + 1), dtype=x.dtype, device=x.device).scatter_(1, idx, 1.0)

@@ -56,6 +56,16 @@ def _sigmoid_parts(m: Tensor) -> tuple[Tensor, Tensor]:
     return r, e * r
 
 
+def _sigmoid_fused(z: Tensor) -> tuple[Tensor, Tensor]:
+    """``(sigmoid(z), sigmoid(z) sigmoid(-z))`` from one ``exp``, for ``torch.compile``.
+
+    Both come from :func:`_sigmoid_parts` of ``|z|``: ``sigmoid(z)`` is its first part
+    for ``z >= 0`` and its second otherwise, and the product is exact for every ``z``.
+    """
+    r, q = _sigmoid_parts(torch.abs(z))
+    return torch.where(z >= 0, r, q), r * q
+
+
 def _logit_pair(s: Tensor) -> tuple[Tensor, Tensor]:
     """``(p, dp/ds)`` for ``p = sigmoid(s)``, as fresh tensors (``dp = p sigmoid(-s)``)."""
     dp = torch.neg(s).sigmoid_()
@@ -153,17 +163,14 @@ class AnyLoss(Relaxation):
     @staticmethod
     def pair_fused(s: Tensor, amplifier: float, slope: float, offset: float,
                    from_logits: bool) -> tuple[Tensor, Tensor | None, float]:
-        # d needs one exp per sigmoid pair and only |z|: for z = k (sigmoid(s) - 1/2)
-        # that is k (sigmoid(|s|) - 1/2). Forward plus backward cost four exp per
-        # element, as a compiled autograd loss does.
+        # One exp per sigmoid gives it and its derivative: two exp per element on logits,
+        # where a compiled autograd loss needs four (two forward, two recomputed).
         if not from_logits:
-            z = amplifier * (s - 0.5)
-            r, q = _sigmoid_parts(torch.abs(z))
-            return torch.sigmoid(z), r * q, amplifier
-        r, q = _sigmoid_parts(torch.abs(s))
-        a = torch.sigmoid(amplifier * (torch.sigmoid(s) - 0.5))
-        rz, qz = _sigmoid_parts(amplifier * (r - 0.5))  # |z|, as r = sigmoid(|s|) >= 1/2
-        return a, (rz * qz) * (r * q), amplifier
+            a, d = _sigmoid_fused(amplifier * (s - 0.5))
+            return a, d, amplifier
+        p, dp = _sigmoid_fused(s)
+        a, da = _sigmoid_fused(amplifier * (p - 0.5))
+        return a, da * dp, amplifier
 
 
 class Linear(Relaxation):
@@ -196,8 +203,8 @@ class Linear(Relaxation):
                    from_logits: bool) -> tuple[Tensor, Tensor | None, float]:
         if not from_logits:
             return s, None, 1.0
-        r, q = _sigmoid_parts(torch.abs(s))
-        return torch.sigmoid(s), r * q, 1.0
+        p, d = _sigmoid_fused(s)
+        return p, d, 1.0
 
 
 class Sigmoid(Relaxation):
@@ -238,9 +245,8 @@ class Sigmoid(Relaxation):
     @staticmethod
     def pair_fused(s: Tensor, amplifier: float, slope: float, offset: float,
                    from_logits: bool) -> tuple[Tensor, Tensor | None, float]:
-        z = slope * (s + offset)
-        r, q = _sigmoid_parts(torch.abs(z))
-        return torch.sigmoid(z), r * q, slope
+        a, d = _sigmoid_fused(slope * (s + offset))
+        return a, d, slope
 
 
 class Softmax(Linear):
