@@ -45,6 +45,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.hints",
         "metricc.runtime.modes",
         "metricc.runtime.weights",
+        "metricc.runtime.logit_grad",
         "metricc.runtime.loss",
         "metricc.runtime.constrained",
         "metricc.runtime.matrix",

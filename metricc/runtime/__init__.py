@@ -8,6 +8,7 @@
 ``hints``            input mix-ups named with their fix (probabilities as logits, ...)
 ``modes``            per-mode validate/format stages and the averages
 ``weights``          per-element weight maps (``loss_fn(input, target, weight=w)``)
+``logit_grad``       compiled softmax losses on class indices: the logit gradient in the forward
 ``loss``             ``MetricLoss`` and its autograd Function
 ``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
 ``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix

@@ -131,8 +131,9 @@ def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]
     to lie in ``[0, C)``), ``TP`` of class ``c`` sums ``a`` at the elements labelled
     ``c`` (one gather and a float64 ``bincount`` over ``N M`` elements instead of a
     product and a sum over ``N C M``), and the support is a ``bincount`` of the labels;
-    elsewhere both are sums of ``y == c`` products, which ``torch.compile`` fuses into
-    the pass that sums ``a`` (an index outside ``[0, C)`` counts for no class).
+    elsewhere ``TP`` and ``FN`` are sums of ``y == c`` products, which ``torch.compile``
+    fuses into the pass that sums ``a`` (an index outside ``[0, C)`` counts for no
+    class), and the support is ``TP + FN``.
     ``TP`` and ``sum(a)`` are summed separately, so ``FP = sum(a) - TP`` can come out
     a rounding error below 0 where it is 0: ``FP`` and ``TN`` are clamped at 0.
 
@@ -143,16 +144,21 @@ def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]
     c = a.shape[1]
     flat = y.reshape(-1)
     acc = _sum_dtype(a)
-    if _host(a):
+    # int64 on the host: validated indices. Compact ones traced for a compiled graph take the
+    # fused form also when a graph break (memory_decay) runs this eagerly: gather needs int64.
+    if _host(a) and y.dtype == torch.int64:
         pp = a.sum((0, 2), dtype=acc).to(torch.float64)
         tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64),
                             minlength=c)
         pos = torch.bincount(flat, minlength=c).to(torch.float64)
     else:
         hit = index_hits(y, c)
+        # FN = sum(y (1 - a)) is summed in TP's loop: a sum of the labels alone would be
+        # a separate loop over them, once per class, in the fused code.
         sums = (a.sum((0, 2), dtype=acc), torch.where(hit, a, 0.0).sum((0, 2), dtype=acc),
-                hit.sum((0, 2), dtype=acc))
-        pp, tp, pos = torch.stack(sums).to(torch.float64).unbind()
+                torch.where(hit, 1 - a, 0.0).sum((0, 2), dtype=acc))
+        pp, tp, fn = torch.stack(sums).to(torch.float64).unbind()
+        pos = tp + fn
     fp = (pp - tp).clamp_min(0)
     fn = pos - tp
     tn = (float(flat.numel()) - pos - fp).clamp_min(0)
@@ -193,7 +199,7 @@ def count_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: Tensor, c0:
             grad_s = torch.mul(y, a1).add_(a0)
     elif y.is_floating_point():
         grad_s = torch.mul(y, c1 - c0).add_(c0)
-    elif _host(y):  # class indices: c0 everywhere, c1 at each element's own class
+    elif _host(y) and y.dtype == torch.int64:  # class indices: c1 at each one's class, else c0
         n, m = y.shape[0], y.shape[-1]
         grad_s = c0.expand(n, -1, m).contiguous()
         # index_select, not c1[y]: advanced indexing is several times slower

@@ -25,6 +25,7 @@ from .counts import (
     soft_counts,
 )
 from .distributed import CountPool, count_pool
+from .logit_grad import softmax_index_function, softmax_index_loss
 from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
@@ -135,6 +136,8 @@ class MetricLoss(torch.nn.Module):
     #: (``docs/modes.md``); the message names the K x K metric to use instead.
     micro_refusal: ClassVar[str] = ""
     _function: ClassVar[Any] = None
+    #: The compiled multiclass softmax loss on class indices (``logit_grad``).
+    _softmax_function: ClassVar[Any] = None
 
     @staticmethod
     def metric_value(TP: Tensor, FP: Tensor, FN: Tensor, TN: Tensor, eps: float) -> Tensor:
@@ -149,6 +152,7 @@ class MetricLoss(torch.nn.Module):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._function = _symbolic_function(cls)
+        cls._softmax_function = softmax_index_function(cls)
 
     def __init__(
         self,
@@ -320,6 +324,9 @@ class MetricLoss(torch.nn.Module):
                                      and not samplewise and average != "micro"
                                      and weight is None and not self.soft_label),
                        class_step=step)
+        fused = softmax_index_loss(self, input, r, average)
+        if fused is not None:  # compiled, a softmax on class indices: see logit_grad
+            return fused
         n, k, m = r.s.shape
         # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
         # is inf in float16, and the counts are summed in float32+ anyway.

@@ -55,14 +55,12 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                     allow_empty: bool = False) -> None:
     """Refuse inputs the loss would silently mis-train on, naming the fix.
 
-    Type, device, emptiness and (binary) shape checks are free and always
-    run; the ``_<mode>_format`` stages check the other modes' shapes. The checks
-    that read the data (NaN/inf, ranges, class indices) cost one min/max pass
-    over each tensor and one device sync; they run when ``validate_args`` is
-    true and the module is not being traced by ``torch.compile`` (a
-    data-dependent ``if`` would break a ``fullgraph=True`` graph).
-    ``allow_empty`` (under ``sync_dist``): an empty shard still takes part in the
-    all-reduce with zero counts.
+    Type, device, emptiness and (binary) shape checks are free and always run; the
+    ``_<mode>_format`` stages check the other modes' shapes. The checks that read the data
+    (NaN/inf, ranges, class indices) cost one min/max pass over each tensor and one device
+    sync; they run when ``validate_args`` is true and the module is not being traced by
+    ``torch.compile`` (a data-dependent ``if`` would break a ``fullgraph=True`` graph).
+    ``allow_empty`` (``sync_dist``): an empty shard joins the all-reduce with zero counts.
     """
     err = MetricError
     if not isinstance(input, Tensor) or not isinstance(target, Tensor):
@@ -312,9 +310,11 @@ def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None)
     c = x.shape[1]
     cols = list(range(c)) if r.chosen is None else r.chosen
     if need is None:
-        # One pass marks each element's argmax (first maximum, as documented) in an
+        # Each element's argmax (first maximum, as documented: the least class at the
+        # maximum, which fuses into one pass, unlike max(1).indices) is marked in an
         # (N, C + 1) table; elements that are not counted go to the extra column.
-        idx = x.max(1).indices  # (N, M)
+        at_max = x == x.amax(1, keepdim=True)
+        idx = torch.where(at_max, torch.arange(c, device=x.device).view(1, c, 1), c).amin(1)
         if r.mask is not None:
             idx = torch.where(r.mask[:, 0], idx, c)
         table = torch.zeros((n, c + 1), dtype=x.dtype, device=x.device).scatter_(1, idx, 1.0)

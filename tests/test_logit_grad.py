@@ -1,0 +1,118 @@
+"""The compiled multiclass loss on logits (``metricc/runtime/logit_grad.py``) equals eager.
+
+Under ``torch.compile`` a softmax loss on class indices forms the whole logit gradient in
+its forward; eager mode keeps the softmax under autograd. These tests hold the compiled
+values and gradients to eager ones in float64, and check that the path is taken.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import metricc
+import metricc.runtime.loss as loss_module
+
+F64 = torch.float64
+METRICS = {"dice": {}, "tversky": {"alpha": 0.3, "beta": 0.7}, "mcc": {}}
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each traced loss went through the logit-gradient Function."""
+    seen: list[bool] = []
+    inner = loss_module.softmax_index_loss
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out = inner(*args, **kwargs)
+        if torch.compiler.is_compiling():
+            seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr(loss_module, "softmax_index_loss", spy)
+    return seen
+
+
+def _batch(seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = 3 * torch.randn(2, 4, 5, 6, generator=gen, dtype=F64)
+    t = torch.randint(0, 3, (2, 5, 6), generator=gen)  # class 3 absent from the target
+    x[0, :, 0, :2] = 0.0  # ties: the first maximum is the prediction
+    return x, t
+
+
+def _value_and_grad(loss: torch.nn.Module, x: torch.Tensor, t: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    xx = x.clone().requires_grad_(True)
+    value = loss(xx, t)
+    (grad,) = torch.autograd.grad(value, xx)
+    return value.detach(), grad
+
+
+@pytest.mark.parametrize(("metric", "relaxation", "temperature", "options"), [
+    ("dice", "linear", 1.0, {"average": "macro"}),
+    ("tversky", "softmax", 0.5, {"average": "weighted", "class_weights": [1.0, 0.5, 2.0, 1.0]}),
+    ("mcc", "softmax", 1.0, {"average": "macro"}),
+    ("mcc", "softmax", 0.5, {"average": "weighted"}),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_compiled_softmax_loss_equals_eager(metric: str, relaxation: str, temperature: float,
+                                            options: dict, taken: list[bool]) -> None:
+    """``aot_eager`` runs AOTAutograd's partitioned forward and backward without the C++
+    build; the next test pays for Inductor once."""
+    x, t = _batch()
+    loss = metricc.compile(metric, **METRICS[metric]).loss(
+        relaxation, mode="multiclass", from_logits=True, temperature=temperature, **options)
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=False)
+    v_eager, g_eager = _value_and_grad(loss, x, t)
+    v_comp, g_comp = _value_and_grad(compiled, x, t)
+    torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
+    assert taken and all(taken)
+
+
+def test_inductor_softmax_loss_equals_eager(taken: list[bool]) -> None:
+    """The real thing once: Inductor fuses the softmax, counts and gradient."""
+    torch._dynamo.reset()
+    x, t = _batch()
+    loss = metricc.compile("dice").loss("linear", mode="multiclass", from_logits=True)
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    v_eager, g_eager = _value_and_grad(loss, x, t)
+    v_comp, g_comp = _value_and_grad(compiled, x, t)
+    torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
+    assert taken and all(taken)
+
+
+def test_compiled_softmax_loss_with_memory_equals_eager(taken: list[bool]) -> None:
+    """With ``memory_decay`` the coefficients come from the remembered counts. The memory's
+    inference-mode checks break the graph, so the Function then runs eagerly on the
+    compact indices traced for it."""
+    losses = [metricc.compile("tversky", alpha=0.3, beta=0.7).loss(
+        "softmax", mode="multiclass", from_logits=True, temperature=0.5, memory_decay=0.8)
+        for _ in range(2)]
+    compiled = torch.compile(losses[1], backend="aot_eager", dynamic=False)
+    for step in range(3):
+        x, t = _batch(step)
+        v_eager, g_eager = _value_and_grad(losses[0], x, t)
+        v_comp, g_comp = _value_and_grad(compiled, x, t)
+        torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
+    torch.testing.assert_close(losses[1].pool.memory, losses[0].pool.memory, rtol=1e-12, atol=0)
+    assert taken and all(taken)
+
+
+def test_other_options_keep_the_general_path(taken: list[bool]) -> None:
+    """One-hot targets, ``average='none'`` and probabilities are not for this path."""
+    x, t = _batch()
+    onehot = torch.nn.functional.one_hot(t, 4).movedim(-1, 1).to(F64)
+    dice = metricc.compile("dice")
+    cases = [(dice.loss("linear", mode="multiclass", from_logits=True), onehot),
+             (dice.loss("linear", mode="multiclass", from_logits=True, average="none"), t),
+             (dice.loss("anyloss", mode="multiclass", from_logits=True), t)]
+    for loss, target in cases:
+        compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=False)
+        v_eager, g_eager = _value_and_grad(lambda a, b, f=loss: f(a, b).sum(), x, target)
+        v_comp, g_comp = _value_and_grad(lambda a, b, f=compiled: f(a, b).sum(), x, target)
+        torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
+    assert taken and not any(taken)
