@@ -116,3 +116,67 @@ def test_other_options_keep_the_general_path(taken: list[bool]) -> None:
         torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
     assert taken and not any(taken)
+
+
+@pytest.fixture
+def taken_eager(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each eager loss went through the logit-gradient Function."""
+    seen: list[bool] = []
+    inner = loss_module.softmax_index_loss
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out = inner(*args, **kwargs)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr(loss_module, "softmax_index_loss", spy)
+    return seen
+
+
+@pytest.mark.parametrize("metric", list(METRICS))
+@pytest.mark.parametrize(("relaxation", "temperature"), [("linear", 1.0), ("softmax", 0.5),
+                                                         (None, 1.0)])
+@pytest.mark.parametrize("options", [{}, {"average": "weighted"},
+                                     {"class_weights": [1.0, 2.0, 0.5, 3.0]}],
+                         ids=["macro", "weighted", "class_weights"])
+def test_eager_softmax_loss_equals_autograd(metric: str, relaxation: str | None,
+                                           temperature: float, options: dict,
+                                           taken_eager: list[bool]) -> None:
+    """On the CPU the eager Function's backward forms the logit gradient itself; autograd
+    through the plain ops (``backward="autograd"``, one-hot labels, torch's softmax) is the
+    reference. Class 3 has neither target nor prediction and ties decide predictions."""
+    x, t = _batch()
+    m = metricc.compile(metric, **METRICS[metric])
+    common = {"mode": "multiclass", "from_logits": True, "temperature": temperature, **options}
+    ours = m.loss(relaxation, **common)
+    ref = m.loss(relaxation, backward="autograd", **common)
+    v, g = _value_and_grad(ours, x, t)
+    v_ref, g_ref = _value_and_grad(ref, x, t)
+    torch.testing.assert_close(v, v_ref, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-15)
+    assert taken_eager == [True, False]  # ours took it; the autograd reference did not
+
+
+def test_eager_softmax_loss_with_memory_and_half_inputs(taken_eager: list[bool]) -> None:
+    """Remembered counts give the coefficients (reference: the autograd backward over
+    three steps); float16 and bfloat16 logits give a float32 loss and a gradient in their
+    own dtype, close to the same logits' in float32 (the softmax runs in the input's dtype,
+    as on the general path)."""
+    ours, ref = (metricc.compile("dice").loss("linear", mode="multiclass", from_logits=True,
+                                              memory_decay=0.7, backward=b)
+                 for b in ("symbolic", "autograd"))
+    for step in range(3):
+        x, t = _batch(step)
+        v, g = _value_and_grad(ours, x, t)
+        v_ref, g_ref = _value_and_grad(ref, x, t)
+        torch.testing.assert_close(v, v_ref, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-15)
+    assert taken_eager == [True, False] * 3
+    x, t = _batch()
+    plain = metricc.compile("dice").loss("linear", mode="multiclass", from_logits=True)
+    for dtype in (torch.float16, torch.bfloat16):
+        v, g = _value_and_grad(plain, x.to(dtype), t)
+        v32, g32 = _value_and_grad(plain, x.to(dtype).float(), t)
+        assert v.dtype == torch.float32 and g.dtype == dtype
+        torch.testing.assert_close(v, v32, rtol=1e-2, atol=1e-3)
+        torch.testing.assert_close(g.float(), g32, rtol=5e-2, atol=1e-3)

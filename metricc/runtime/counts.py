@@ -124,7 +124,8 @@ def index_hits(y: Tensor, classes: int) -> Tensor:
     return y.to(torch.float32) == labels
 
 
-def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _index_counts(a: Tensor, y: Tensor, gathered: Tensor | None = None
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`soft_counts` of ``(N, C, M)`` rows against class indices ``y`` (``(N, 1, M)``).
 
     The one-hot labels are never built. On the CPU in eager mode (indices validated
@@ -148,8 +149,8 @@ def _index_counts(a: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]
     # fused form also when a graph break (memory_decay) runs this eagerly: gather needs int64.
     if _host(a) and y.dtype == torch.int64:
         pp = a.sum((0, 2), dtype=acc).to(torch.float64)
-        tp = torch.bincount(flat, weights=a.gather(1, y).reshape(-1).to(torch.float64),
-                            minlength=c)
+        own = a.gather(1, y) if gathered is None else gathered  # a at each element's class
+        tp = torch.bincount(flat, weights=own.reshape(-1).to(torch.float64), minlength=c)
         pos = torch.bincount(flat, minlength=c).to(torch.float64)
     else:
         hit = index_hits(y, c)

@@ -1,4 +1,4 @@
-"""The compiled multiclass loss on logits: the whole logit gradient formed in the forward.
+"""The multiclass loss on logits with class-index targets, with its own logit gradient.
 
 Under ``torch.compile`` a softmax taken under autograd and then the loss's Function
 (``loss._symbolic_function``) make AOTAutograd save the logits and *recompute* the
@@ -11,9 +11,11 @@ softmax, the counts, the metric's coefficients and the class average, and with t
 loops, and saves it; the backward multiplies it by the incoming scalar.
 
 It needs the class average inside (``g`` depends on each class's weight in it), so it
-serves the batch-wide ``macro`` and ``weighted`` averages. In eager mode on the CPU
-torch's own softmax backward is faster (the eager path is tuned around it), so
-:func:`softmax_index_loss` applies only while ``torch.compile`` traces.
+serves the batch-wide ``macro`` and ``weighted`` averages. In eager mode on the CPU a
+twin (:func:`softmax_eager_function`) takes the softmax already computed and forms the
+same gradient in its backward, with one fresh ``(N, C, M)`` buffer where building
+``d loss / d a`` and running torch's softmax backward on it takes two (peak memory on
+``(8, 21, 128, 128)``: 31.5 -> 22.5 MB). Eager on a GPU keeps the general path.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .counts import _counts, _rows, _to_input_dtype, _wide, index_hits
+from .counts import _counts, _host, _index_counts, _rows, _to_input_dtype, _wide, index_hits
 from .distributed import CountPool
 from .modes import ClassRows, class_average_weights, predicted
 
@@ -51,23 +53,19 @@ def softmax_index_function(cls: Any) -> Any:
                 counts = pool(counts)
                 support = pool.across_ranks(support)
                 present = pool.across_ranks(present) > 0
-            value, g1, g0 = (_rows(v, counts[0])
-                             for v in cls.metric_and_coefficients(*counts, eps))
-            losses = (1 - value if cls.higher_is_better else value).to(a.dtype)
-            v = class_average_weights(present, support, weights, average)
-            # d loss / d a = g: v_c sign g1_c at an element's own class c, v_c sign g0_c at
-            # the others; then the softmax's vector-Jacobian product a (g - sum_c a_c g_c).
+            loss, c1, c0 = _averaged(cls, counts, support, present, weights, average,
+                                     eps, sign / temperature, a.dtype)
+            # d loss / d a = g: c1_c at an element's own class c, c0_c at the others; then
+            # the softmax's vector-Jacobian product a (g - sum_c a_c g_c).
             # The sum is written as sum_c a_c c0_c + sum_c [y = c] a_c (c1_c - c0_c), not from
             # g itself: Inductor would store g, (N, C, M), for its two uses; this way it
             # stores two (N, 1, M) sums instead (measured: ~15 % of the 3-D case's time).
-            coef = torch.stack((g1, g0)) * (v * (sign / temperature))
-            c1, c0 = coef.to(a.dtype).unsqueeze(-1).unbind()
             own = index_hits(y, a.shape[1])
             dot = ((a * c0).sum(1, keepdim=True)
                    + torch.where(own, a * (c1 - c0), 0.0).sum(1, keepdim=True))
             ctx.save_for_backward(a * (torch.where(own, c1, c0) - dot))
             ctx.pool, ctx.in_dtype = pool, in_dtype
-            return (v.to(a.dtype) * losses).sum()
+            return loss
 
         @staticmethod
         def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
@@ -81,6 +79,69 @@ def softmax_index_function(cls: Any) -> Any:
     return SoftmaxIndexMetric
 
 
+def _averaged(cls: Any, counts: tuple[Tensor, ...], support: Tensor, present: Tensor,
+              weights: Tensor | None, average: str, eps: float, scale: float,
+              dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """The class-averaged loss and each class's ``d loss / d a`` at an element of that
+    class (``c1``) and of another (``c0``), both ``(C, 1)`` in ``dtype``; ``scale`` is
+    ``sign / temperature``."""
+    value, g1, g0 = (_rows(v, counts[0]) for v in cls.metric_and_coefficients(*counts, eps))
+    losses = (1 - value if cls.higher_is_better else value).to(dtype)
+    v = class_average_weights(present, support, weights, average)
+    coef = torch.stack((g1, g0)) * (v * scale)
+    c1, c0 = coef.to(dtype).unsqueeze(-1).unbind()
+    return (v.to(dtype) * losses).sum(), c1, c0
+
+
+def softmax_eager_function(cls: Any) -> Any:
+    """The eager (CPU) twin of :func:`softmax_index_function`: it takes the softmax
+    ``class_rows`` computed, and forms the logit gradient in the backward.
+
+    The backward writes ``a (c0 - sum_c a_c c0_c - a_y dc_y)`` with one small matrix
+    product for the sum and adds ``a_y dc_y`` at each element's own class, where
+    ``dc = c1 - c0`` and ``a_y`` is the softmax at the element's class, which the counts
+    gathered anyway: one fresh ``(N, C, M)`` buffer instead of the two of building
+    ``d loss / d a`` and running torch's softmax backward on it.
+    """
+    sign = -1.0 if cls.higher_is_better else 1.0
+
+    class SoftmaxIndexEager(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Tensor, r: ClassRows, temperature: float, eps: float,
+                    pool: CountPool | None, weights: Tensor | None, average: str) -> Tensor:
+            a, y = r.s.detach().to(_wide(x.dtype)), r.y  # softmax(x / T), int64 indices
+            own = a.gather(1, y)
+            counts = _index_counts(a, y, gathered=own)
+            support = counts[0] + counts[2]
+            n, k = a.shape[:2]
+            # the hard predictions of classes without support only (see modes.predicted)
+            present = (support > 0) | predicted(r, (support == 0).expand(n, k), None).any(0)
+            if pool is not None:
+                counts = pool(counts)
+                support = pool.across_ranks(support)
+                present = pool.across_ranks(present) > 0
+            loss, c1, c0 = _averaged(cls, counts, support, present, weights, average,
+                                     eps, sign / temperature, a.dtype)
+            ctx.save_for_backward(a, y, own, c1, c0)
+            ctx.pool, ctx.in_dtype = pool, x.dtype
+            return loss
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+            a, y, own, c1, c0 = ctx.saved_tensors
+            if ctx.pool is not None:
+                grad = ctx.pool.sum_grad(grad)
+            k = a.shape[1]
+            dcy = (c1 - c0).reshape(-1).index_select(0, y.reshape(-1)).view(y.shape).mul_(own)
+            dot = torch.matmul(c0.view(1, 1, k), a).add_(dcy)  # sum_c a_c g_c, (N, 1, M)
+            gx = torch.mul(a, c0.view(1, k, 1)).addcmul_(a, dot, value=-1)
+            gx.scatter_add_(1, y, dcy).mul_(grad.to(gx.dtype))
+            return (_to_input_dtype(gx, ctx.in_dtype), *(None,) * 6)
+
+    SoftmaxIndexEager.__name__ = SoftmaxIndexEager.__qualname__ = f"{cls.__name__}SoftmaxEager"
+    return SoftmaxIndexEager
+
+
 def softmax_index_loss(loss: Any, input: Tensor, r: ClassRows, average: str
                        ) -> Tensor | None:
     """``loss``'s value by :func:`softmax_index_function`, where it applies (see the
@@ -91,11 +152,15 @@ def softmax_index_loss(loss: Any, input: Tensor, r: ClassRows, average: str
     The softmax ``class_rows`` applied to ``r.s`` is then unused, and dropped from the
     compiled graph.
     """
-    if (not torch.compiler.is_compiling() or r.y.is_floating_point() or not loss.from_logits
-            or average not in ("macro", "weighted")
+    if (r.y.is_floating_point() or not loss.from_logits or average not in ("macro", "weighted")
             or loss.relaxation not in ("linear", "softmax")):
         return None
     temperature = loss.temperature if loss.relaxation == "softmax" else 1.0
+    if not torch.compiler.is_compiling():
+        if not _host(input) or r.y.dtype != torch.int64:
+            return None  # eager on a GPU: the general path (its kernels are launch-bound)
+        return loss._softmax_eager.apply(input.reshape(r.s.shape), r, temperature, loss.eps,
+                                         loss.pool, r.weights, average)
     hit = predicted(r, None, element_weights=None).any(0)
     return loss._softmax_function.apply(input.reshape(r.s.shape), r.y, hit, temperature,
                                         loss.eps, loss.pool, r.weights, average)

@@ -25,7 +25,7 @@ from .counts import (
     soft_counts,
 )
 from .distributed import CountPool, count_pool
-from .logit_grad import softmax_index_function, softmax_index_loss
+from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
@@ -138,6 +138,7 @@ class MetricLoss(torch.nn.Module):
     _function: ClassVar[Any] = None
     #: The compiled multiclass softmax loss on class indices (``logit_grad``).
     _softmax_function: ClassVar[Any] = None
+    _softmax_eager: ClassVar[Any] = None
 
     @staticmethod
     def metric_value(TP: Tensor, FP: Tensor, FN: Tensor, TN: Tensor, eps: float) -> Tensor:
@@ -153,6 +154,7 @@ class MetricLoss(torch.nn.Module):
         super().__init_subclass__(**kwargs)
         cls._function = _symbolic_function(cls)
         cls._softmax_function = softmax_index_function(cls)
+        cls._softmax_eager = softmax_eager_function(cls)
 
     def __init__(
         self,
@@ -325,7 +327,7 @@ class MetricLoss(torch.nn.Module):
                                      and weight is None and not self.soft_label),
                        class_step=step)
         fused = softmax_index_loss(self, input, r, average)
-        if fused is not None:  # compiled, a softmax on class indices: see logit_grad
+        if fused is not None:  # a softmax on class indices (CPU or compiled): see logit_grad
             return fused
         n, k, m = r.s.shape
         # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
