@@ -17,16 +17,19 @@ import time
 import warnings
 
 
-def _sum(n: int) -> str:
+def long_sum(n: int) -> str:
+    """A sum of ``n`` terms (tests/test_hardening.py uses these shapes too)."""
     return " + ".join(f"{i}*TP" if i % 2 else f"TP/(FP+{i})" for i in range(n))
 
 
-def _chain(n: int) -> str:
+def chain(n: int) -> str:
+    """``n`` bindings, each using the one before."""
     lines = ["a0 = TP/(TP+FP)"] + [f"a{i} = a{i - 1} + TP/(TP+FN+{i})" for i in range(1, n)]
     return "\n".join([*lines, f"a{n - 1}"])
 
 
-def _min(n: int) -> str:
+def wide_min(n: int) -> str:
+    """``min`` of ``n`` arguments."""
     return "min(" + ", ".join(f"TP/(TP+{i}*FP+1)" for i in range(n)) + ")"
 
 
@@ -34,12 +37,12 @@ CASES = {
     "f1": "f1",
     "mcc^f1": "mcc^f1",
     "min(mcc, f1, g_mean, cohen_kappa)": "min(mcc, f1, g_mean, cohen_kappa)",
-    "3,000-term sum": _sum(3000),
-    "7,000-term sum": _sum(7000),
-    "min of 400 args": _min(400),
-    "min of 6 args": _min(6),
-    "100-line chain": _chain(100),
-    "200-line chain": _chain(200),
+    "3,000-term sum": long_sum(3000),
+    "7,000-term sum": long_sum(7000),
+    "min of 400 args": wide_min(400),
+    "min of 6 args": wide_min(6),
+    "100-line chain": chain(100),
+    "200-line chain": chain(200),
     "log 300 deep": "log(" * 300 + "TP+1" + ")" * 300,
     "log 20 deep": "log(" * 20 + "TP+3" + ")" * 20,
     "exp 20 deep": "exp(" * 20 + "TP/(TP+FP)" + ")" * 20,
