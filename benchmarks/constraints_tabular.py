@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from imbalanced_tabular import DATASETS, DEV_DATASETS, BatchedMLP  # noqa: E402
+from imbalanced_tabular import DATASETS, DEV_DATASETS, BatchedMLP, minibatch  # noqa: E402
 
 import metricc  # noqa: E402
 
@@ -96,7 +96,7 @@ def splits(y: np.ndarray, cfg: Config) -> list[tuple[np.ndarray, np.ndarray, np.
 def train(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]], cfg: Config
           ) -> np.ndarray:
     """Probabilities ``(L, F, S, n)`` on every sample, one model per (loss, fold, seed)."""
-    n_folds, n_seeds = len(parts), len(cfg.seeds)
+    n_folds = len(parts)
     xs = []
     for fit, _, _ in parts:
         mean, std = X[fit].mean(0), X[fit].std(0)
@@ -118,16 +118,8 @@ def train(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
         chunks = [[np.array_split(r.permutation(parts[f][0]), n_batches) for r in rngs[f]]
                   for f in range(n_folds)]
         for k in range(n_batches):
-            size = max(len(chunks[f][s][k]) for f in range(n_folds) for s in range(n_seeds))
-            idx = np.zeros((n_folds, n_seeds, size), dtype=np.int64)
-            wts = np.zeros((n_folds, n_seeds, size))
-            for f in range(n_folds):
-                for s in range(n_seeds):
-                    c = chunks[f][s][k]
-                    idx[f, s, :len(c)] = c
-                    wts[f, s, :len(c)] = 1.0
-            idx_t = torch.as_tensor(idx)
-            w = torch.as_tensor(wts, dtype=torch.float32)
+            idx_t, w = minibatch(chunks, k, torch.float32)
+            size = idx_t.shape[-1]
             logits = net(xall[fold_ix, idx_t], w)  # (L, F, S, B)
             yb = yall[idx_t]
             total = logits.new_zeros(())

@@ -308,6 +308,25 @@ class BatchedMLP:
         return h.squeeze(-1)
 
 
+def minibatch(chunks: Sequence[Sequence[Sequence[np.ndarray]]], k: int, dtype: torch.dtype
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batch ``k`` of every fold and seed as ``(F, S, B)`` row indices and 0/1 weights.
+
+    ``chunks[f][s]`` is fold ``f``'s shuffled fit set for seed ``s`` cut into batches;
+    shorter batches are padded with row 0 at weight 0, so that all train as one tensor.
+    """
+    n_folds, n_seeds = len(chunks), len(chunks[0])
+    size = max(len(chunks[f][s][k]) for f in range(n_folds) for s in range(n_seeds))
+    idx = np.zeros((n_folds, n_seeds, size), dtype=np.int64)
+    wts = np.zeros((n_folds, n_seeds, size))
+    for f in range(n_folds):
+        for s in range(n_seeds):
+            c = chunks[f][s][k]
+            idx[f, s, :len(c)] = c
+            wts[f, s, :len(c)] = 1.0
+    return torch.as_tensor(idx), torch.as_tensor(wts, dtype=dtype)
+
+
 def _ce_rows(name: str, logits: torch.Tensor, yb: torch.Tensor, w: torch.Tensor,
              pos_weight: torch.Tensor, gamma: float) -> torch.Tensor:
     """The weighted batch mean of a cross-entropy loss, one per (fold, seed): ``(F, S)``."""
@@ -349,7 +368,7 @@ def train_folds(X: np.ndarray, y: np.ndarray, fit_sets: Sequence[np.ndarray], cf
 def _train_group(X: np.ndarray, y: np.ndarray, fit_sets: Sequence[np.ndarray], cfg: Config,
                  width: int, recipes: Sequence[Recipe], batch_fraction: float, progress: bool,
                  dtype: torch.dtype) -> np.ndarray:
-    n_folds, n_seeds = len(fit_sets), len(cfg.seeds)
+    n_folds = len(fit_sets)
     xs = []
     for fit in fit_sets:
         mean, std = X[fit].mean(0), X[fit].std(0)
@@ -379,16 +398,8 @@ def _train_group(X: np.ndarray, y: np.ndarray, fit_sets: Sequence[np.ndarray], c
         chunks = [[np.array_split(r.permutation(fit), n_batches) for r in rngs[f]]
                   for f, fit in enumerate(fit_sets)]
         for k in range(n_batches):
-            size = max(len(chunks[f][s][k]) for f in range(n_folds) for s in range(n_seeds))
-            idx = np.zeros((n_folds, n_seeds, size), dtype=np.int64)
-            wts = np.zeros((n_folds, n_seeds, size))
-            for f in range(n_folds):
-                for s in range(n_seeds):
-                    c = chunks[f][s][k]
-                    idx[f, s, :len(c)] = c
-                    wts[f, s, :len(c)] = 1.0
-            idx_t = torch.as_tensor(idx)
-            w = torch.as_tensor(wts, dtype=dtype)
+            idx_t, w = minibatch(chunks, k, dtype)
+            size = idx_t.shape[-1]
             logits = net(xall[fold_ix, idx_t], w)  # (L, F, S, B)
             yb = yall[idx_t]  # (F, S, B)
             total = logits.new_zeros(())

@@ -50,6 +50,12 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "multiclass_dice_micro_symbolic": ("multiclass", "dice", {
         "mode": "multiclass", "from_logits": True, "average": "micro", "relaxation": "linear",
         "sync_dist": True}),
+    # Softmax losses on class indices form their own logit gradient (runtime/logit_grad.py).
+    "multiclass_dice_macro_logit_grad": ("multiclass", "dice", {
+        "mode": "multiclass", "from_logits": True, "relaxation": "linear", "sync_dist": True}),
+    "multiclass_mcc_weighted_softmax_memory": ("multiclass", "mcc", {
+        "mode": "multiclass", "from_logits": True, "average": "weighted", "temperature": 0.5,
+        "sync_dist": True, "memory_decay": 0.5}),
     # Constraints: step 1's loss depends on the multipliers that step 0 moved, so it
     # matches only if every rank took the same (global) multiplier step.
     "binary_constrained_symbolic": ("binary", "precision subject to recall >= 0.9, fpr <= 0.2", {

@@ -17,20 +17,25 @@ F64 = torch.float64
 METRICS = {"dice": {}, "tversky": {"alpha": 0.3, "beta": 0.7}, "mcc": {}}
 
 
-@pytest.fixture
-def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each traced loss went through the logit-gradient Function."""
+def _spy(monkeypatch: pytest.MonkeyPatch, traced_only: bool) -> list[bool]:
+    """Whether each (traced, or every) loss call went through a logit-gradient Function."""
     seen: list[bool] = []
     inner = loss_module.softmax_index_loss
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         out = inner(*args, **kwargs)
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or not traced_only:
             seen.append(out is not None)
         return out
 
     monkeypatch.setattr(loss_module, "softmax_index_loss", spy)
     return seen
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each traced loss went through the logit-gradient Function."""
+    return _spy(monkeypatch, traced_only=True)
 
 
 def _batch(seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,16 +126,7 @@ def test_other_options_keep_the_general_path(taken: list[bool]) -> None:
 @pytest.fixture
 def taken_eager(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each eager loss went through the logit-gradient Function."""
-    seen: list[bool] = []
-    inner = loss_module.softmax_index_loss
-
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
-        out = inner(*args, **kwargs)
-        seen.append(out is not None)
-        return out
-
-    monkeypatch.setattr(loss_module, "softmax_index_loss", spy)
-    return seen
+    return _spy(monkeypatch, traced_only=False)
 
 
 @pytest.mark.parametrize("metric", list(METRICS))

@@ -47,13 +47,7 @@ def softmax_index_function(cls: Any) -> Any:
             counts = _counts(a, y, None, overwrite=False)  # the loss's own index counts
             support = counts[0] + counts[2]
             present = (support > 0) | hit
-            if pool is not None:
-                # Global (and remembered) counts give the coefficients; every rank
-                # averages the same classes with the same weights (as MetricLoss does).
-                counts = pool(counts)
-                support = pool.across_ranks(support)
-                present = pool.across_ranks(present) > 0
-            loss, c1, c0 = _averaged(cls, counts, support, present, weights, average,
+            loss, c1, c0 = _averaged(cls, counts, support, present, pool, weights, average,
                                      eps, sign / temperature, a.dtype)
             # d loss / d a = g: c1_c at an element's own class c, c0_c at the others; then
             # the softmax's vector-Jacobian product a (g - sum_c a_c g_c).
@@ -80,11 +74,17 @@ def softmax_index_function(cls: Any) -> Any:
 
 
 def _averaged(cls: Any, counts: tuple[Tensor, ...], support: Tensor, present: Tensor,
-              weights: Tensor | None, average: str, eps: float, scale: float,
-              dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+              pool: CountPool | None, weights: Tensor | None, average: str, eps: float,
+              scale: float, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
     """The class-averaged loss and each class's ``d loss / d a`` at an element of that
     class (``c1``) and of another (``c0``), both ``(C, 1)`` in ``dtype``; ``scale`` is
     ``sign / temperature``."""
+    if pool is not None:
+        # Global (and remembered) counts give the coefficients; every rank averages the
+        # same classes with the same weights (as MetricLoss does).
+        counts = pool(counts)
+        support = pool.across_ranks(support)
+        present = pool.across_ranks(present) > 0
     value, g1, g0 = (_rows(v, counts[0]) for v in cls.metric_and_coefficients(*counts, eps))
     losses = (1 - value if cls.higher_is_better else value).to(dtype)
     v = class_average_weights(present, support, weights, average)
@@ -116,11 +116,7 @@ def softmax_eager_function(cls: Any) -> Any:
             n, k = a.shape[:2]
             # the hard predictions of classes without support only (see modes.predicted)
             present = (support > 0) | predicted(r, (support == 0).expand(n, k), None).any(0)
-            if pool is not None:
-                counts = pool(counts)
-                support = pool.across_ranks(support)
-                present = pool.across_ranks(present) > 0
-            loss, c1, c0 = _averaged(cls, counts, support, present, weights, average,
+            loss, c1, c0 = _averaged(cls, counts, support, present, pool, weights, average,
                                      eps, sign / temperature, a.dtype)
             ctx.save_for_backward(a, y, own, c1, c0)
             ctx.pool, ctx.in_dtype = pool, x.dtype
