@@ -95,6 +95,14 @@ def _host(t: Tensor) -> bool:
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
+def _host_indices(y: Tensor) -> bool:
+    """Class indices for ``gather``/``bincount``/``scatter``: :func:`compact_indices`'
+    int64 ones on the CPU in eager mode (validated). Compact ones traced for a compiled
+    graph take the fused forms also when a graph break (``memory_decay``) runs them
+    eagerly, as those kernels need int64."""
+    return y.dtype == torch.int64 and _host(y)
+
+
 def compact_indices(t: Tensor, classes: int) -> Tensor:
     """Class indices as :func:`_index_counts` and the loss's backward take them.
 
@@ -145,9 +153,7 @@ def _index_counts(a: Tensor, y: Tensor, gathered: Tensor | None = None
     c = a.shape[1]
     flat = y.reshape(-1)
     acc = _sum_dtype(a)
-    # int64 on the host: validated indices. Compact ones traced for a compiled graph take the
-    # fused form also when a graph break (memory_decay) runs this eagerly: gather needs int64.
-    if _host(a) and y.dtype == torch.int64:
+    if _host_indices(y):
         pp = a.sum((0, 2), dtype=acc).to(torch.float64)
         own = a.gather(1, y) if gathered is None else gathered  # a at each element's class
         tp = torch.bincount(flat, weights=own.reshape(-1).to(torch.float64), minlength=c)
@@ -200,7 +206,7 @@ def count_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: Tensor, c0:
             grad_s = torch.mul(y, a1).add_(a0)
     elif y.is_floating_point():
         grad_s = torch.mul(y, c1 - c0).add_(c0)
-    elif _host(y) and y.dtype == torch.int64:  # class indices: c1 at each one's class, else c0
+    elif _host_indices(y):  # class indices: c1 at each one's class, else c0
         n, m = y.shape[0], y.shape[-1]
         grad_s = c0.expand(n, -1, m).contiguous()
         # index_select, not c1[y]: advanced indexing is several times slower

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .counts import _counts, _host, _index_counts, _rows, _to_input_dtype, _wide, index_hits
+from .counts import _counts, _host_indices, _index_counts, _rows, _to_input_dtype, _wide, index_hits
 from .distributed import CountPool
 from .modes import ClassRows, class_average_weights, predicted
 
@@ -140,20 +140,21 @@ def softmax_eager_function(cls: Any) -> Any:
 
 def softmax_index_loss(loss: Any, input: Tensor, r: ClassRows, average: str
                        ) -> Tensor | None:
-    """``loss``'s value by :func:`softmax_index_function`, where it applies (see the
-    module's docstring), else ``None``; ``r`` is the batch :func:`class_rows` laid out.
+    """``loss``'s value by :func:`softmax_index_function` (compiled) or
+    :func:`softmax_eager_function` (eager, CPU), where they apply (see the module's
+    docstring), else ``None``; ``r`` is the batch :func:`class_rows` laid out.
 
     Class-index rows (``r.y`` integer) come only with the symbolic backward, all
     classes, no ``ignore_index``, weight map, soft labels, ``micro`` or ``samplewise``.
-    The softmax ``class_rows`` applied to ``r.s`` is then unused, and dropped from the
-    compiled graph.
+    Compiled, the softmax ``class_rows`` applied to ``r.s`` is unused and dropped from the
+    graph; eager, it is the one the Function counts.
     """
     if (r.y.is_floating_point() or not loss.from_logits or average not in ("macro", "weighted")
             or loss.relaxation not in ("linear", "softmax")):
         return None
     temperature = loss.temperature if loss.relaxation == "softmax" else 1.0
     if not torch.compiler.is_compiling():
-        if not _host(input) or r.y.dtype != torch.int64:
+        if not _host_indices(r.y):
             return None  # eager on a GPU: the general path (its kernels are launch-bound)
         return loss._softmax_eager.apply(input.reshape(r.s.shape), r, temperature, loss.eps,
                                          loss.pool, r.weights, average)

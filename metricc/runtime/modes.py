@@ -147,9 +147,8 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     so a one-hot ``scatter`` may build the labels. ``index_labels``: multiclass
     class-index targets (all classes, no ``ignore_index``) come back as ``y`` of shape
     ``(N, 1, M)`` (``counts.compact_indices``; validated ones on the CPU in eager mode).
-    Raises :class:`MetricError` when the target's shape (or
-    dtype, for class indices) does not fit the mode. Only shapes are checked,
-    so this stays traceable by ``torch.compile``; label values are not inspected.
+    Raises :class:`MetricError` when the target's shape (or dtype, for class indices) does
+    not fit the mode; only shapes are checked (label values are not), so this stays traceable.
     The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
     ``class_step`` (multiclass) maps the ``(N, C, *)`` input to class memberships in
     place of the softmax (a class-wise relaxation); its output is counted as it is.
@@ -232,6 +231,7 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                        labels_checked: bool = False, index_labels: bool = False,
                        class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
     """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
+
     Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
     the hard prediction is the argmax. The rows hold probabilities, so the
     returned ``from_logits`` is False.
