@@ -7,6 +7,8 @@ values and gradients to eager ones in float64, and check that the path is taken.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -14,6 +16,7 @@ import metricc
 import metricc.runtime.loss as loss_module
 
 F64 = torch.float64
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 METRICS = {"dice": {}, "tversky": {"alpha": 0.3, "beta": 0.7}, "mcc": {}}
 
 
@@ -46,12 +49,20 @@ def _batch(seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
     return x, t
 
 
-def _value_and_grad(loss: torch.nn.Module, x: torch.Tensor, t: torch.Tensor
+def _value_and_grad(loss: Loss, x: torch.Tensor, t: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     xx = x.clone().requires_grad_(True)
     value = loss(xx, t)
     (grad,) = torch.autograd.grad(value, xx)
     return value.detach(), grad
+
+
+def _assert_same(loss: Loss, reference: Loss, x: torch.Tensor, t: torch.Tensor) -> None:
+    """``loss`` and ``reference`` give the same value and input gradient, in float64."""
+    v, g = _value_and_grad(loss, x, t)
+    v_ref, g_ref = _value_and_grad(reference, x, t)
+    torch.testing.assert_close(v, v_ref, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-15)
 
 
 @pytest.mark.parametrize(("metric", "relaxation", "temperature", "options"), [
@@ -68,10 +79,7 @@ def test_compiled_softmax_loss_equals_eager(metric: str, relaxation: str, temper
     loss = metricc.compile(metric, **METRICS[metric]).loss(
         relaxation, mode="multiclass", from_logits=True, temperature=temperature, **options)
     compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=False)
-    v_eager, g_eager = _value_and_grad(loss, x, t)
-    v_comp, g_comp = _value_and_grad(compiled, x, t)
-    torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
+    _assert_same(compiled, loss, x, t)
     assert taken and all(taken)
 
 
@@ -81,10 +89,7 @@ def test_inductor_softmax_loss_equals_eager(taken: list[bool]) -> None:
     x, t = _batch()
     loss = metricc.compile("dice").loss("linear", mode="multiclass", from_logits=True)
     compiled = torch.compile(loss, fullgraph=True, dynamic=False)
-    v_eager, g_eager = _value_and_grad(loss, x, t)
-    v_comp, g_comp = _value_and_grad(compiled, x, t)
-    torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
+    _assert_same(compiled, loss, x, t)
     assert taken and all(taken)
 
 
@@ -98,10 +103,7 @@ def test_compiled_softmax_loss_with_memory_equals_eager(taken: list[bool]) -> No
     compiled = torch.compile(losses[1], backend="aot_eager", dynamic=False)
     for step in range(3):
         x, t = _batch(step)
-        v_eager, g_eager = _value_and_grad(losses[0], x, t)
-        v_comp, g_comp = _value_and_grad(compiled, x, t)
-        torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
-        torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
+        _assert_same(compiled, losses[0], x, t)
     torch.testing.assert_close(losses[1].pool.memory, losses[0].pool.memory, rtol=1e-12, atol=0)
     assert taken and all(taken)
 
@@ -116,10 +118,8 @@ def test_other_options_keep_the_general_path(taken: list[bool]) -> None:
              (dice.loss("anyloss", mode="multiclass", from_logits=True), t)]
     for loss, target in cases:
         compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=False)
-        v_eager, g_eager = _value_and_grad(lambda a, b, f=loss: f(a, b).sum(), x, target)
-        v_comp, g_comp = _value_and_grad(lambda a, b, f=compiled: f(a, b).sum(), x, target)
-        torch.testing.assert_close(v_comp, v_eager, rtol=1e-12, atol=1e-14)
-        torch.testing.assert_close(g_comp, g_eager, rtol=1e-10, atol=1e-15)
+        _assert_same(lambda a, b, f=compiled: f(a, b).sum(),
+                     lambda a, b, f=loss: f(a, b).sum(), x, target)
     assert taken and not any(taken)
 
 
@@ -146,10 +146,7 @@ def test_eager_softmax_loss_equals_autograd(metric: str, relaxation: str | None,
     common = {"mode": "multiclass", "from_logits": True, "temperature": temperature, **options}
     ours = m.loss(relaxation, **common)
     ref = m.loss(relaxation, backward="autograd", **common)
-    v, g = _value_and_grad(ours, x, t)
-    v_ref, g_ref = _value_and_grad(ref, x, t)
-    torch.testing.assert_close(v, v_ref, rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-15)
+    _assert_same(ours, ref, x, t)
     assert taken_eager == [True, False]  # ours took it; the autograd reference did not
 
 
@@ -163,10 +160,7 @@ def test_eager_softmax_loss_with_memory_and_half_inputs(taken_eager: list[bool])
                  for b in ("symbolic", "autograd"))
     for step in range(3):
         x, t = _batch(step)
-        v, g = _value_and_grad(ours, x, t)
-        v_ref, g_ref = _value_and_grad(ref, x, t)
-        torch.testing.assert_close(v, v_ref, rtol=1e-12, atol=1e-14)
-        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-15)
+        _assert_same(ours, ref, x, t)
     assert taken_eager == [True, False] * 3
     x, t = _batch()
     plain = metricc.compile("dice").loss("linear", mode="multiclass", from_logits=True)
