@@ -41,13 +41,14 @@ default relaxation at most 1.1x the fastest peer's Dice.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 import torch
@@ -80,6 +81,33 @@ def quiet_peak_bytes(call: Callable[[], None]) -> int:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+def interleave(calls: Mapping[str, Callable[[], None]], rounds: int, device: str = "cpu",
+               clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Each call's time in every round; a round runs every call once, in a new random
+    order, so that load which comes and goes hits all of them alike."""
+    samples: dict[str, list[float]] = {k: [] for k in calls}
+    order = list(calls)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            _sync(device)
+            t0 = clock()
+            calls[name]()
+            _sync(device)
+            samples[name].append(clock() - t0)
+    return samples
+
+
+def cuda_peak_bytes(call: Callable[[], None]) -> float:
+    """CUDA memory ``call`` allocates at its peak, above what was allocated before it."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    call()
+    torch.cuda.synchronize()
+    return float(torch.cuda.max_memory_allocated() - before)
 
 
 def check_agreement(case: str) -> None:
@@ -139,28 +167,12 @@ def race(case: str, device: str = "cpu", rounds: int = 20, warmup: int = 3,
         for _ in range(warmup):
             step(loss)
     _sync(device)
-    samples: dict[str, list[float]] = {k: [] for k in losses}
-    order = list(losses)
-    for _ in range(rounds):
-        random.shuffle(order)
-        for name in order:
-            _sync(device)
-            t0 = clock()
-            step(losses[name])
-            _sync(device)
-            samples[name].append(clock() - t0)
+    calls = {k: functools.partial(step, f) for k, f in losses.items()}
+    samples = interleave(calls, rounds, device, clock)
     peaks: dict[str, float] = {}
-    for name, loss in losses.items():
-        x.grad = None
-        if device == "cuda":
-            _sync(device)
-            before = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            loss(x, y).backward()
-            _sync(device)
-            peaks[name] = float(torch.cuda.max_memory_allocated() - before)
-        else:
-            peaks[name] = float(quiet_peak_bytes(lambda loss=loss: loss(x, y).backward()))
+    for name, call in calls.items():
+        x.grad = None  # the step's own reset then frees nothing inside the measurement
+        peaks[name] = cuda_peak_bytes(call) if device == "cuda" else float(quiet_peak_bytes(call))
     x.grad = None
     return {"case": case, "shape": tuple(x.shape), "samples": samples, "peaks": peaks,
             "info": info, "compiled": bool(twins), "compile_s": compile_s}

@@ -24,6 +24,7 @@ the CPU, which only exercises the script). Exit status 1 means a check failed.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sys
@@ -153,11 +154,6 @@ def check_matrix(device: str, failures: list[str]) -> int:
     return done
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def timings(device: str, sizes: list[int], rounds: int, compiled: bool) -> None:
     losses = binary_losses(compiled)
     times: dict[int, dict[str, float]] = {}
@@ -171,32 +167,17 @@ def timings(device: str, sizes: list[int], rounds: int, compiled: bool) -> None:
             x.grad = None
             loss(x, y).backward()
 
-        for loss in losses.values():
+        calls = {k: functools.partial(step, loss) for k, loss in losses.items()}
+        for call in calls.values():
             for _ in range(3):
-                step(loss)
-        samples: dict[str, list[float]] = {k: [] for k in losses}
-        order = list(losses)
-        for _ in range(rounds):
-            random.shuffle(order)
-            for k in order:
-                sync(device)
-                t0 = time.perf_counter()
-                step(losses[k])
-                sync(device)
-                samples[k].append(time.perf_counter() - t0)
+                call()
+        samples = bench_peers.interleave(calls, rounds, device)
         times[n] = {k: statistics.median(v) for k, v in samples.items()}
         peaks[n] = {}
-        for k, loss in losses.items():
-            if device != "cuda":
-                peaks[n][k] = float("nan")
-                continue
-            x.grad = None
-            sync(device)
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            loss(x, y).backward()
-            sync(device)
-            peaks[n][k] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        for k, call in calls.items():
+            x.grad = None  # the step's own reset then frees nothing inside the measurement
+            peaks[n][k] = (bench_peers.cuda_peak_bytes(call) / 2**20 if device == "cuda"
+                           else float("nan"))
         x.grad = None
     print(f"### Forward+backward on {device}, median ms per call\n")
     print_table(["loss"] + [f"{n:.0e}" for n in sizes],
