@@ -171,3 +171,19 @@ def test_eager_softmax_loss_with_memory_and_half_inputs(taken_eager: list[bool])
         assert v.dtype == torch.float32 and g.dtype == dtype
         torch.testing.assert_close(v, v32, rtol=1e-2, atol=1e-3)
         torch.testing.assert_close(g.float(), g32, rtol=5e-2, atol=1e-3)
+
+
+def test_eager_backward_can_run_twice(taken_eager: list[bool]) -> None:
+    """The eager backward reuses a saved buffer only when no later backward reads it: a
+    first backward with ``retain_graph=True`` leaves the second one the same gradient."""
+    x, t = _batch()
+    loss = metricc.compile("dice").loss("linear", mode="multiclass", from_logits=True)
+    xx = x.clone().requires_grad_(True)
+    out = loss(xx, t)
+    (g1,) = torch.autograd.grad(out, xx, retain_graph=True)
+    (g2,) = torch.autograd.grad(out, xx)
+    assert taken_eager == [True]
+    torch.testing.assert_close(g1, g2, rtol=0, atol=0)
+    _assert_same(loss, metricc.compile("dice").loss("linear", mode="multiclass",
+                                                    from_logits=True, backward="autograd"),
+                 x, t)
