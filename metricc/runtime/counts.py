@@ -122,6 +122,14 @@ def compact_indices(t: Tensor, classes: int) -> Tensor:
     return t.clamp(-1, classes).to(dtype)
 
 
+def indices_in_range(t: Tensor, classes: int) -> bool:
+    """Whether ``t`` holds integer class indices, all in ``[0, classes)`` (one pass)."""
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or t.numel() == 0:
+        return False
+    lo, hi = torch.aminmax(t)
+    return bool(lo >= 0) and bool(hi < classes)
+
+
 def index_hits(y: Tensor, classes: int) -> Tensor:
     """``(N, C, M)`` bool: ``y == c`` for each class ``c``, for :func:`compact_indices`.
 

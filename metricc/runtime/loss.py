@@ -21,6 +21,7 @@ from .counts import (
     _to_input_dtype,
     _wide,
     count_adjoint,
+    indices_in_range,
     overlap_share,
     soft_counts,
 )
@@ -323,16 +324,18 @@ class MetricLoss(torch.nn.Module):
             def step(x: Tensor) -> Tensor:
                 return relax.classes(x, self.temperature, self.from_logits,
                                      autograd=self.backward_mode == "autograd")
+        index_labels = (self.backward_mode == "symbolic" and self.mode == "multiclass"
+                        and not samplewise and average != "micro" and weight is None
+                        and not self.soft_label)
+        if index_labels and host and not self.validate_args and self.ignore_index is None:
+            # on the CPU in eager mode indices are counted by gather and bincount, which
+            # need them in [0, C): unchecked ones are read once (elsewhere a fused
+            # comparison counts an index outside it for no class)
+            index_labels = indices_in_range(target, input.shape[1] if input.dim() > 1 else 0)
         r = class_rows(input, target, self.mode, self.from_logits, self.ignore_index,
                        self.classes, self.class_weights, need_hard=False,
                        labels_checked=self.validate_args and eager,
-                       # indices are counted by bincount on the CPU in eager mode,
-                       # which needs them validated; elsewhere by a fused comparison
-                       index_labels=(self.backward_mode == "symbolic"
-                                     and (self.validate_args or not host)
-                                     and not samplewise and average != "micro"
-                                     and weight is None and not self.soft_label),
-                       class_step=step)
+                       index_labels=index_labels, class_step=step)
         fused = softmax_index_loss(self, input, r, average)
         if fused is not None:  # a softmax on class indices (CPU or compiled): see logit_grad
             return fused
