@@ -90,7 +90,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if ignore is not None and t.dtype != torch.bool:
         # ignored elements may hold anything (255 in segmentation masks)
         t = torch.where(t == ignore, torch.zeros((), dtype=t.dtype, device=t.device), t)
-    stats = [v for u in ((x,) if t.dtype == torch.bool else (x, t)) for v in _min_max(u)]
+    stats = [v for u in ((x,) if t.dtype == torch.bool else (x, t)) for v in torch.aminmax(u)]
     lo, hi, *trange = torch.stack([v.to(torch.float64) for v in stats]).tolist()
     if math.isnan(lo) or math.isnan(hi):
         raise err("input contains NaN; the model produced it upstream (a diverged step, "
@@ -125,11 +125,6 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
         raise err(f"target has values outside [0, 1] (min {tlo:.4g}, max {thi:.4g}); "
                   f"{'binary' if mode == 'binary' else mode} targets are 0/1, "
                   "or soft labels in [0, 1]." + hint)
-
-
-def _min_max(t: Tensor) -> list[Tensor]:
-    # floats: amin + amax ~20 % faster than aminmax; int64: aminmax ten times faster
-    return [t.amin(), t.amax()] if t.is_floating_point() else [*torch.aminmax(t)]
 
 
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
