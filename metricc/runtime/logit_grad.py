@@ -151,7 +151,8 @@ def softmax_eager_function(cls: Any) -> Any:
             gx = torch.sub(c0.view(1, k, 1), dot).mul_(a)
             del dot
             # a row scatter: scatter_add_(1, y, ...) on (N, C, M) runs 2x slower at large M
-            gx.view(gx.shape[0], -1).scatter_add_(1, rows, dcy.view(rows.shape))
+            n, m = rows.shape  # explicit sizes: an empty shard (n = 0) has no inferable -1
+            gx.view(n, k * m).scatter_add_(1, rows, dcy.view(n, m))
             return (_to_input_dtype(gx, ctx.in_dtype), *(None,) * 6)
 
     SoftmaxIndexEager.__name__ = SoftmaxIndexEager.__qualname__ = f"{cls.__name__}SoftmaxEager"
