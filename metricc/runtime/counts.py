@@ -111,7 +111,8 @@ def compact_indices(t: Tensor, classes: int) -> Tensor:
     outside ``[0, classes)`` mapped to ``-1`` or ``classes`` (still no class): the
     backward recompares them with each class, and ``torch.compile`` keeps the smaller
     tensor for it instead of a boolean ``(N, C, M)`` one-hot, whose stores and loads
-    its CPU code does one element at a time.
+    its CPU code does one element at a time; it also stores them once for the loops
+    that read them instead of reconverting the int64 target in each.
 
     >>> compact_indices(torch.tensor([0, 2]), 3).dtype  # on the CPU, eager
     torch.int64
@@ -119,7 +120,11 @@ def compact_indices(t: Tensor, classes: int) -> Tensor:
     if _host(t):
         return t.long()
     dtype = torch.int8 if classes < 127 else torch.int16 if classes < 32767 else torch.int32
-    return t.clamp(-1, classes).to(dtype)
+    small = t.clamp(-1, classes).to(dtype)
+    # A no-op view whose lowering needs a real buffer: it makes Inductor store the small
+    # indices once instead of recomputing them from the int64 target in every loop that
+    # reads them (one per class for the counts): compiled 3-D Dice 6.6 -> 5.5 ms.
+    return small.as_strided(small.shape, small.stride())
 
 
 def indices_in_range(t: Tensor, classes: int) -> bool:
