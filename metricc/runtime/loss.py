@@ -59,6 +59,10 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             a, d, k = _relax_pair(s, *relax_args)
             ctx.recompute = (relax_args if d is not None and torch.compiler.is_compiling()
                              else None)
+            if ctx.recompute is not None:
+                # then only A(s) is needed here: the plain sigmoid is fewer operations than
+                # the pair's (the unused dA/ds is dropped from the graph)
+                a = relax(s, *relax_args)
             counts = _counts(a, y, w, overwrite=a is not s and not soft_label,
                              soft_label=soft_label)
             support = counts[0] + counts[2]  # this batch's TP + FN: for the averages
