@@ -90,8 +90,13 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if ignore is not None and t.dtype != torch.bool:
         # ignored elements may hold anything (255 in segmentation masks)
         t = torch.where(t == ignore, torch.zeros((), dtype=t.dtype, device=t.device), t)
-    stats = [v for u in ((x,) if t.dtype == torch.bool else (x, t)) for v in torch.aminmax(u)]
+    bits = t.dtype == torch.float32  # labels in [+0, 1]: int32 patterns 0 to 0x3F800000
+    u = t.view(torch.int32) if bits else t
+    stats = [v for w in ((x,) if t.dtype == torch.bool else (x, u)) for v in torch.aminmax(w)]
     lo, hi, *trange = torch.stack([v.to(torch.float64) for v in stats]).tolist()
+    if bits:  # an integer min/max is 2.5x faster (NaN and negatives fall outside)
+        trange = ([] if 0 <= trange[0] <= trange[1] <= 0x3F800000
+                  else [v.item() for v in torch.aminmax(t)])  # the values, for a message
     if math.isnan(lo) or math.isnan(hi):
         raise err("input contains NaN; the model produced it upstream (a diverged step, "
                   "log(0), 0/0): find it with torch.autograd.set_detect_anomaly(True)")
@@ -107,7 +112,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
         _warn_if_probabilities(x, mode)
     if not trange:
         return
-    tlo, thi = trange
+    tlo, thi = (v + 0.0 for v in trange)  # + 0.0: -0.0 reads 0 in the message
     if math.isnan(tlo) or math.isnan(thi):
         raise err("target contains NaN; labels must be 0/1 (or soft labels in [0, 1])")
     if indices:
