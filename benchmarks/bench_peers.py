@@ -144,7 +144,8 @@ def race(case: str, device: str = "cpu", rounds: int = 20, warmup: int = 3,
     base = peers.rows(mode)
     losses: dict[str, Loss] = {r.name: r.loss for r in base}
     info = {r.name: r for r in base}
-    twins = [r for r in base if compiled is True or (compiled and r.name in compiled)]
+    twins = [r for r in base
+             if r.compiled and (compiled is True or (compiled and r.name in compiled))]
     if twins:
         # All metricc losses share MetricLoss.forward; Dynamo counts every loss class and
         # shape as a recompilation of it, and past its limit (8) would silently run eager.

@@ -65,6 +65,8 @@ class Row:
     loss: Loss
     options: str
     relaxation: str | None = None  # metricc rows: the relaxation the loss uses
+    #: race a torch.compile twin too (not where it would equal another row's twin)
+    compiled: bool = True
 
 
 def _quiet_import(name: str) -> ModuleType | None:
@@ -146,25 +148,35 @@ def make_batch(case: str, gen: torch.Generator, device: str = "cpu",
 
 
 def _metricc_row(metric: str, mode: str, relaxation: str | None, eps: float,
-                 **params: float) -> Row:
+                 validate: bool = True, **params: float) -> Row:
     m = metricc.compile(metric, **params) if params else metricc.compile(metric)
     opts: dict[str, Any] = {"from_logits": True, "eps": eps}
     if mode != "binary":
         opts.update(mode="multiclass", average="macro")
+    if not validate:
+        opts["validate_args"] = False
     loss = m.loss(relaxation, **opts) if relaxation else m.loss(**opts)
-    label = relaxation or "default"
+    label = (relaxation or "default") + ("" if validate else ", unchecked")
     shown = ", ".join(f"{k}={v!r}" for k, v in opts.items())
     pstr = "".join(f", {k}={v}" for k, v in params.items())
+    # validation is skipped while torch.compile traces: a compiled unchecked twin is the
+    # checked one's
     return Row(f"metricc {metric} ({label})", "metricc", metric, loss,
                f'compile("{metric}"{pstr}).loss({relaxation!r}, {shown})' if relaxation
                else f'compile("{metric}"{pstr}).loss({shown}): relaxation {loss.relaxation!r}',
-               loss.relaxation)
+               loss.relaxation, compiled=validate)
 
 
 def rows(mode: str, eps: float = EPS, default: bool = True) -> list[Row]:
-    """Every race for ``mode`` ("binary" or "multiclass"): metricc rows, then installed peers."""
+    """Every race for ``mode`` ("binary" or "multiclass"): metricc rows, then installed peers.
+
+    ``default``: also the rows that are not like-for-like with a peer: Dice with the loss's
+    default relaxation, and Dice without input validation (``validate_args=False``, which
+    the peers do not do), eager only.
+    """
     out = [_metricc_row("dice", mode, "linear", eps)]
     if default:
+        out.append(_metricc_row("dice", mode, "linear", eps, validate=False))
         out.append(_metricc_row("dice", mode, None, eps))
     out += [
         _metricc_row("tversky", mode, "linear", eps, alpha=ALPHA, beta=BETA),

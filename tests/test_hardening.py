@@ -312,6 +312,7 @@ def test_large_class_weights_with_half_inputs(average: str, backward: str) -> No
 @pytest.mark.parametrize(("options", "shape"), [
     ({}, (0,)), ({"backward": "autograd"}, (0,)), ({"memory_decay": 0.5}, (0,)),
     ({"mode": "multiclass"}, (0, 3)), ({"mode": "multiclass", "average": "micro"}, (0, 3, 2)),
+    ({"mode": "multiclass", "relaxation": "anyloss"}, (0, 3, 2)),
     ({"mode": "multilabel", "average": "weighted"}, (0, 3)),
 ])
 def test_empty_shard_gives_a_defined_loss_and_zero_gradient(options: dict, shape: tuple) -> None:

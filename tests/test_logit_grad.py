@@ -53,7 +53,8 @@ def _value_and_grad(loss: Loss, x: torch.Tensor, t: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     xx = x.clone().requires_grad_(True)
     value = loss(xx, t)
-    (grad,) = torch.autograd.grad(value, xx)
+    # an incoming gradient other than 1: the backward scales by it
+    (grad,) = torch.autograd.grad(value, xx, grad_outputs=torch.full_like(value, -2.5))
     return value.detach(), grad
 
 
@@ -170,3 +171,42 @@ def test_eager_softmax_loss_with_memory_and_half_inputs(taken_eager: list[bool])
         assert v.dtype == torch.float32 and g.dtype == dtype
         torch.testing.assert_close(v, v32, rtol=1e-2, atol=1e-3)
         torch.testing.assert_close(g.float(), g32, rtol=5e-2, atol=1e-3)
+
+
+def test_eager_backward_can_run_twice(taken_eager: list[bool]) -> None:
+    """The eager backward reuses a saved buffer only when no later backward reads it: a
+    first backward with ``retain_graph=True`` leaves the second one the same gradient."""
+    x, t = _batch()
+    loss = metricc.compile("dice").loss("linear", mode="multiclass", from_logits=True)
+    xx = x.clone().requires_grad_(True)
+    out = loss(xx, t)
+    (g1,) = torch.autograd.grad(out, xx, retain_graph=True)
+    (g2,) = torch.autograd.grad(out, xx)
+    assert taken_eager == [True]
+    torch.testing.assert_close(g1, g2, rtol=0, atol=0)
+    _assert_same(loss, metricc.compile("dice").loss("linear", mode="multiclass",
+                                                    from_logits=True, backward="autograd"),
+                 x, t)
+
+
+def test_unchecked_indices_take_the_fast_path_when_in_range(taken_eager: list[bool]) -> None:
+    """``validate_args=False`` skips the checks that raise, not the fast path: indices in
+    ``[0, C)`` are read once and counted by gather and bincount, as checked ones are (same
+    value and gradient); indices outside it take the general path, which counts them for
+    no class as a compiled loss does, instead of crashing in ``gather``."""
+    x, t = _batch()
+    common = {"mode": "multiclass", "from_logits": True}
+    unchecked = metricc.compile("dice").loss("linear", validate_args=False, **common)
+    _assert_same(unchecked, metricc.compile("dice").loss("linear", **common), x, t)
+    assert taken_eager == [True, True]
+    bad = t.clone()
+    bad[0, 0, 0], bad[1, 2, 3] = -1, 4  # four classes: 4 is out of range, as is -1
+    taken_eager.clear()
+    v, g = _value_and_grad(unchecked, x, bad)
+    assert taken_eager == [False]
+    # the reference: one-hot targets with no class at those two elements
+    onehot = torch.nn.functional.one_hot(bad.clamp(0, 3), 4).movedim(-1, 1).to(F64)
+    onehot[0, :, 0, 0] = onehot[1, :, 2, 3] = 0.0
+    v_ref, g_ref = _value_and_grad(metricc.compile("dice").loss("linear", **common), x, onehot)
+    torch.testing.assert_close(v, v_ref, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-15)

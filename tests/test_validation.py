@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import metricc
+import metricc.runtime.modes
 from metricc.runtime.counts import soft_counts
 
 
@@ -77,6 +80,30 @@ def test_nan_target(f1: metricc.Metric) -> None:
     y[0] = float("nan")
     with pytest.raises(metricc.MetricError, match="target contains NaN"):
         f1.loss()(probs(8), y)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(width=32), min_size=1, max_size=12))
+@example([1.0000001192092896])  # the float32 after 1
+@example([-1.401298464324817e-45, 0.5])  # the negative float32 nearest 0
+@example([1.401298464324817e-45, 1.0, -0.0])  # all in [0, 1]
+@example([float("nan")])
+@example([float("inf"), 0.0])
+def test_float32_labels_are_checked_as_float64_ones_are(values: list[float]) -> None:
+    """float32 labels are range-checked on their bit patterns (an integer min/max); float64
+    labels by their values. Both accept exactly the labels in [0, 1] (-0.0 and subnormals
+    included) and refuse NaN, infinities and everything outside with the same message."""
+    x = torch.zeros(len(values))
+    outcomes = []
+    for dtype in (torch.float32, torch.float64):
+        try:
+            metricc.runtime.modes.validate_inputs(x, torch.tensor(values, dtype=dtype),
+                                                  "binary", True, None, True)
+            outcomes.append("ok")
+        except metricc.MetricError as e:
+            outcomes.append(str(e))
+    assert outcomes[0] == outcomes[1]
+    assert (outcomes[0] == "ok") == all(0 <= v <= 1 for v in values)
 
 
 def test_integer_bool_and_soft_targets_are_accepted(f1: metricc.Metric) -> None:

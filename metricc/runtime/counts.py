@@ -111,7 +111,8 @@ def compact_indices(t: Tensor, classes: int) -> Tensor:
     outside ``[0, classes)`` mapped to ``-1`` or ``classes`` (still no class): the
     backward recompares them with each class, and ``torch.compile`` keeps the smaller
     tensor for it instead of a boolean ``(N, C, M)`` one-hot, whose stores and loads
-    its CPU code does one element at a time.
+    its CPU code does one element at a time; it also stores them once for the loops
+    that read them instead of reconverting the int64 target in each.
 
     >>> compact_indices(torch.tensor([0, 2]), 3).dtype  # on the CPU, eager
     torch.int64
@@ -119,7 +120,19 @@ def compact_indices(t: Tensor, classes: int) -> Tensor:
     if _host(t):
         return t.long()
     dtype = torch.int8 if classes < 127 else torch.int16 if classes < 32767 else torch.int32
-    return t.clamp(-1, classes).to(dtype)
+    small = t.clamp(-1, classes).to(dtype)
+    # A no-op view whose lowering needs a real buffer: it makes Inductor store the small
+    # indices once instead of recomputing them from the int64 target in every loop that
+    # reads them (one per class for the counts): compiled 3-D Dice 6.6 -> 5.5 ms.
+    return small.as_strided(small.shape, small.stride())
+
+
+def indices_in_range(t: Tensor, classes: int) -> bool:
+    """Whether ``t`` holds integer class indices, all in ``[0, classes)`` (one pass)."""
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or t.numel() == 0:
+        return False
+    lo, hi = torch.aminmax(t)
+    return bool(lo >= 0) and bool(hi < classes)
 
 
 def index_hits(y: Tensor, classes: int) -> Tensor:
@@ -130,6 +143,28 @@ def index_hits(y: Tensor, classes: int) -> Tensor:
     """
     labels = torch.arange(classes, device=y.device, dtype=torch.float32).view(1, classes, 1)
     return y.to(torch.float32) == labels
+
+
+def own_rows(y: Tensor) -> Tensor:
+    """``(N, M)`` positions of each element's own class in its sample's ``(C M,)`` row.
+
+    For :func:`_index_counts`' int64 class indices ``y`` (``(N, 1, M)``, validated):
+    ``a.view(N, C M).gather(1, rows)`` is ``a.gather(1, y)``, and a ``scatter`` along
+    rows writes where ``scatter(1, y, ...)`` does. On the CPU the row forms run two to
+    three times faster when ``M`` is large (measured at ``(2, 4, 64^3)``: gather 0.33 ms
+    against 0.97 ms), which pays for building the index.
+
+    >>> own_rows(torch.tensor([[[1, 0]]])).tolist()  # (N, C, M) = (1, 2, 2)
+    [[2, 1]]
+    """
+    n, m = y.shape[0], y.shape[-1]
+    return torch.add(torch.arange(m, device=y.device), y.view(n, m), alpha=m)
+
+
+def gather_own(a: Tensor, rows: Tensor) -> Tensor:
+    """``a.gather(1, y)`` (``(N, 1, M)``) by :func:`own_rows`' ``rows``."""
+    n, k, m = a.shape
+    return a.reshape(n, k * m).gather(1, rows).view(n, 1, m)
 
 
 def _index_counts(a: Tensor, y: Tensor, gathered: Tensor | None = None
@@ -155,8 +190,11 @@ def _index_counts(a: Tensor, y: Tensor, gathered: Tensor | None = None
     acc = _sum_dtype(a)
     if _host_indices(y):
         pp = a.sum((0, 2), dtype=acc).to(torch.float64)
-        own = a.gather(1, y) if gathered is None else gathered  # a at each element's class
-        tp = torch.bincount(flat, weights=own.reshape(-1).to(torch.float64), minlength=c)
+        # a at each element's class, summed per class: a scatter-add into float64 runs
+        # about a third faster than a weighted bincount (which scans for min and max)
+        own = gather_own(a, own_rows(y)) if gathered is None else gathered
+        tp = torch.zeros(c, dtype=torch.float64, device=a.device).scatter_add_(
+            0, flat, own.reshape(-1).to(torch.float64))
         pos = torch.bincount(flat, minlength=c).to(torch.float64)
     else:
         hit = index_hits(y, c)
@@ -210,7 +248,8 @@ def count_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: Tensor, c0:
         n, m = y.shape[0], y.shape[-1]
         grad_s = c0.expand(n, -1, m).contiguous()
         # index_select, not c1[y]: advanced indexing is several times slower
-        grad_s.scatter_(1, y, c1.reshape(-1).index_select(0, y.reshape(-1)).view(y.shape))
+        grad_s.view(n, c1.shape[0] * m).scatter_(1, own_rows(y),
+                                    c1.reshape(-1).index_select(0, y.reshape(-1)).view(n, m))
     else:  # the same as one fused pass, without a scatter's scalar stores
         grad_s = torch.where(index_hits(y, c1.shape[0]), c1, c0)
     if w is not None:

@@ -25,7 +25,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .counts import _counts, _host_indices, _index_counts, _rows, _to_input_dtype, _wide, index_hits
+from .counts import (
+    _counts,
+    _graph_kept,
+    _host_indices,
+    _index_counts,
+    _rows,
+    _to_input_dtype,
+    _wide,
+    gather_own,
+    index_hits,
+    own_rows,
+)
 from .distributed import CountPool
 from .modes import ClassRows, class_average_weights, predicted
 
@@ -110,7 +121,8 @@ def softmax_eager_function(cls: Any) -> Any:
         def forward(ctx: Any, x: Tensor, r: ClassRows, temperature: float, eps: float,
                     pool: CountPool | None, weights: Tensor | None, average: str) -> Tensor:
             a, y = r.s.detach().to(_wide(x.dtype)), r.y  # softmax(x / T), int64 indices
-            own = a.gather(1, y)
+            rows = own_rows(y)
+            own = gather_own(a, rows)
             counts = _index_counts(a, y, gathered=own)
             support = counts[0] + counts[2]
             n, k = a.shape[:2]
@@ -118,20 +130,29 @@ def softmax_eager_function(cls: Any) -> Any:
             present = (support > 0) | predicted(r, (support == 0).expand(n, k), None).any(0)
             loss, c1, c0 = _averaged(cls, counts, support, present, pool, weights, average,
                                      eps, sign / temperature, a.dtype)
-            ctx.save_for_backward(a, y, own, c1, c0)
+            ctx.save_for_backward(a, y, rows, own, c1, c0)
             ctx.pool, ctx.in_dtype = pool, x.dtype
             return loss
 
         @staticmethod
         def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-            a, y, own, c1, c0 = ctx.saved_tensors
+            a, y, rows, own, c1, c0 = ctx.saved_tensors
             if ctx.pool is not None:
                 grad = ctx.pool.sum_grad(grad)
             k = a.shape[1]
-            dcy = (c1 - c0).reshape(-1).index_select(0, y.reshape(-1)).view(y.shape).mul_(own)
+            # The incoming scalar scales the (C, 1) coefficients, not the (N, C, M) result.
+            c1, c0 = c1 * grad.to(c1.dtype), c0 * grad.to(c0.dtype)
+            dcy = (c1 - c0).reshape(-1).index_select(0, y.reshape(-1)).view(y.shape)
+            # a_y dc_y into a_y's own buffer where no later backward reads it (peak memory)
+            dcy = dcy.mul_(own) if _graph_kept() else own.mul_(dcy)
             dot = torch.matmul(c0.view(1, 1, k), a).add_(dcy)  # sum_c a_c g_c, (N, 1, M)
-            gx = torch.mul(a, c0.view(1, k, 1)).addcmul_(a, dot, value=-1)
-            gx.scatter_add_(1, y, dcy).mul_(grad.to(gx.dtype))
+            # (c0 - dot) a: the broadcast difference is written without reading a, then one
+            # multiply; a c0 - a dot reads a twice (measured 25-35 % slower).
+            gx = torch.sub(c0.view(1, k, 1), dot).mul_(a)
+            del dot
+            # a row scatter: scatter_add_(1, y, ...) on (N, C, M) runs 2x slower at large M
+            n, m = rows.shape  # explicit sizes: an empty shard (n = 0) has no inferable -1
+            gx.view(n, k * m).scatter_add_(1, rows, dcy.view(n, m))
             return (_to_input_dtype(gx, ctx.in_dtype), *(None,) * 6)
 
     SoftmaxIndexEager.__name__ = SoftmaxIndexEager.__qualname__ = f"{cls.__name__}SoftmaxEager"

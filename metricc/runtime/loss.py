@@ -21,6 +21,7 @@ from .counts import (
     _to_input_dtype,
     _wide,
     count_adjoint,
+    indices_in_range,
     overlap_share,
     soft_counts,
 )
@@ -28,7 +29,7 @@ from .distributed import CountPool, count_pool
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
-from .relax import RELAXATIONS, _relax_pair, relax, stable_sigmoid
+from .relax import RELAXATIONS, _relax_pair, _relax_pair_fused, relax, stable_sigmoid
 from .weights import validate_weight, weight_rows
 
 
@@ -52,7 +53,16 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
                 w = None if w is None else w.to(work)
             # dA/ds is computed here, alongside A(s), and saved: the backward is then
             # one fused multiply (two passes in eager torch) with nothing recomputed.
-            a, d, k = _relax_pair(s, relaxation, amplifier, slope, offset, from_logits)
+            # Compiled, the backward recomputes it from s instead, in its one fused loop:
+            # saving d would add a full write and read of it (and its memory).
+            relax_args = (relaxation, amplifier, slope, offset, from_logits)
+            a, d, k = _relax_pair(s, *relax_args)
+            ctx.recompute = (relax_args if d is not None and torch.compiler.is_compiling()
+                             else None)
+            if ctx.recompute is not None:
+                # then only A(s) is needed here: the plain sigmoid is fewer operations than
+                # the pair's (the unused dA/ds is dropped from the graph)
+                a = relax(s, *relax_args)
             counts = _counts(a, y, w, overwrite=a is not s and not soft_label,
                              soft_label=soft_label)
             support = counts[0] + counts[2]  # this batch's TP + FN: for the averages
@@ -69,7 +79,7 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
             # d metric / d a = u g1 + (1 - u) g0 with u = y for the product counts and
             # u = d min(a, y) / d a for soft labels: the backward below serves both.
             u = overlap_share(a, y, g1, g0) if soft_label else y
-            ctx.save_for_backward(u, w, d, coef)
+            ctx.save_for_backward(u, w, d if ctx.recompute is None else s, coef)
             ctx.in_dtype = in_dtype
             ctx.pool = pool
             loss = 1 - value if cls.higher_is_better else value
@@ -81,6 +91,8 @@ def _symbolic_function(cls: type[MetricLoss]) -> Any:
         def backward(ctx: Any, grad: Tensor, _support_grad: Tensor | None = None
                      ) -> tuple[Tensor | None, ...]:
             y, w, d, coef = ctx.saved_tensors
+            if ctx.recompute is not None:  # d holds s (compiled): see the forward
+                d = _relax_pair_fused(d, *ctx.recompute)[1]
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
@@ -316,16 +328,18 @@ class MetricLoss(torch.nn.Module):
             def step(x: Tensor) -> Tensor:
                 return relax.classes(x, self.temperature, self.from_logits,
                                      autograd=self.backward_mode == "autograd")
+        index_labels = (self.backward_mode == "symbolic" and self.mode == "multiclass"
+                        and not samplewise and average != "micro" and weight is None
+                        and not self.soft_label)
+        if index_labels and host and not self.validate_args and self.ignore_index is None:
+            # on the CPU in eager mode indices are counted by gather and bincount, which
+            # need them in [0, C): unchecked ones are read once (elsewhere a fused
+            # comparison counts an index outside it for no class)
+            index_labels = indices_in_range(target, input.shape[1] if input.dim() > 1 else 0)
         r = class_rows(input, target, self.mode, self.from_logits, self.ignore_index,
                        self.classes, self.class_weights, need_hard=False,
                        labels_checked=self.validate_args and eager,
-                       # indices are counted by bincount on the CPU in eager mode,
-                       # which needs them validated; elsewhere by a fused comparison
-                       index_labels=(self.backward_mode == "symbolic"
-                                     and (self.validate_args or not host)
-                                     and not samplewise and average != "micro"
-                                     and weight is None and not self.soft_label),
-                       class_step=step)
+                       index_labels=index_labels, class_step=step)
         fused = softmax_index_loss(self, input, r, average)
         if fused is not None:  # a softmax on class indices (CPU or compiled): see logit_grad
             return fused

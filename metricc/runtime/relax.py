@@ -35,13 +35,23 @@ def stable_sigmoid(z: Tensor) -> Tensor:
     return torch.where(z >= 0, 1 / (1 + e), e / (1 + e))
 
 
-def _sigmoid_pair(z: Tensor) -> tuple[Tensor, Tensor]:
-    """``(sigmoid(z), sigmoid(-z))``, each accurate where the other rounds to 1.
+#: Past this -z, sigmoid(-z) rounds to 1 (e^-20 < 2^-24, e^-40 < 2^-53); exp(-z) nears overflow.
+_SATURATION = {torch.float64: 40.0}
 
-    ``z`` is scratch: it is overwritten by ``sigmoid(z)``.
+
+def _sigmoid_pair(z: Tensor, overwrite: bool = True) -> tuple[Tensor, Tensor]:
+    """``(sigmoid(z), sigmoid(z) sigmoid(-z))``: the sigmoid and its derivative, accurate
+    also where ``sigmoid(z)`` rounds to 1 (where ``a (1 - a)`` would be 0), in two passes:
+    ``softplus_backward(a, z, beta=-1)`` is ``a e / (1 + e)`` with ``e = exp(-z)``, and
+    ``a`` past saturation. With ``overwrite`` the derivative is written into ``z``.
+
+    >>> a, d = _sigmoid_pair(torch.tensor([0.0, 30.0]))
+    >>> a.tolist(), d.tolist()[0], d.tolist()[1] > 0
+    ([0.5, 1.0], 0.25, True)
     """
-    ac = torch.neg(z).sigmoid_()
-    return z.sigmoid_(), ac
+    a = torch.sigmoid(z)
+    f, sat = torch.ops.aten.softplus_backward, _SATURATION.get(z.dtype, 20.0)
+    return a, (f.grad_input(a, z, -1.0, sat, grad_input=z) if overwrite else f(a, z, -1.0, sat))
 
 
 def _sigmoid_parts(m: Tensor) -> tuple[Tensor, Tensor]:
@@ -64,13 +74,6 @@ def _sigmoid_fused(z: Tensor) -> tuple[Tensor, Tensor]:
     """
     r, q = _sigmoid_parts(torch.abs(z))
     return torch.where(z >= 0, r, q), r * q
-
-
-def _logit_pair(s: Tensor) -> tuple[Tensor, Tensor]:
-    """``(p, dp/ds)`` for ``p = sigmoid(s)``, as fresh tensors (``dp = p sigmoid(-s)``)."""
-    dp = torch.neg(s).sigmoid_()
-    p = torch.sigmoid(s)
-    return p, dp.mul_(p)
 
 
 class Relaxation:
@@ -154,11 +157,11 @@ class AnyLoss(Relaxation):
              ) -> tuple[Tensor, Tensor | None, float]:
         if not from_logits:
             a, d = _sigmoid_pair(torch.sub(s, 0.5).mul_(amplifier))
-            return a, d.mul_(a), amplifier
-        p, dp = _logit_pair(s)
+            return a, d, amplifier
+        p, dp = _sigmoid_pair(s, overwrite=False)
         # a = sigmoid(z), z = k (p - 1/2); dA/ds = k sigmoid(z) sigmoid(-z) dp/ds.
         a, d = _sigmoid_pair(p.sub_(0.5).mul_(amplifier))
-        return a, d.mul_(a).mul_(dp), amplifier
+        return a, d.mul_(dp), amplifier
 
     @staticmethod
     def pair_fused(s: Tensor, amplifier: float, slope: float, offset: float,
@@ -195,7 +198,7 @@ class Linear(Relaxation):
              ) -> tuple[Tensor, Tensor | None, float]:
         if not from_logits:
             return s, None, 1.0
-        p, dp = _logit_pair(s)
+        p, dp = _sigmoid_pair(s, overwrite=False)
         return p, dp, 1.0
 
     @staticmethod
@@ -240,7 +243,7 @@ class Sigmoid(Relaxation):
              ) -> tuple[Tensor, Tensor | None, float]:
         z = torch.add(s, offset).mul_(slope) if offset else torch.mul(s, slope)
         a, d = _sigmoid_pair(z)
-        return a, d.mul_(a), slope
+        return a, d, slope
 
     @staticmethod
     def pair_fused(s: Tensor, amplifier: float, slope: float, offset: float,
