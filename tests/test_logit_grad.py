@@ -210,3 +210,27 @@ def test_unchecked_indices_take_the_fast_path_when_in_range(taken_eager: list[bo
     v_ref, g_ref = _value_and_grad(metricc.compile("dice").loss("linear", **common), x, onehot)
     torch.testing.assert_close(v, v_ref, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "batch_strided", "transposed_target",
+                                    "int32_target"])
+def test_eager_index_path_takes_any_layout(layout: str, taken_eager: list[bool]) -> None:
+    """The row-form gather and scatter of the eager index path (``counts.own_rows``) see
+    strided logits and targets as torch's own ops would: same value and gradient as the
+    autograd reference."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(8, 4, 6, 5, generator=gen, dtype=F64)
+    t = torch.randint(0, 4, (8, 6, 5), generator=gen)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "batch_strided":
+        x, t = x[::2], t[::2]
+    elif layout == "transposed_target":
+        x, t = x.transpose(2, 3).contiguous(), t.transpose(1, 2)
+    else:
+        t = t.int()
+    common = {"mode": "multiclass", "from_logits": True}
+    m = metricc.compile("dice")
+    _assert_same(m.loss("linear", **common), m.loss("linear", backward="autograd", **common),
+                 x, t)
+    assert taken_eager[0]
