@@ -248,8 +248,8 @@ def count_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: Tensor, c0:
         n, m = y.shape[0], y.shape[-1]
         grad_s = c0.expand(n, -1, m).contiguous()
         # index_select, not c1[y]: advanced indexing is several times slower
-        grad_s.view(n, c1.shape[0] * m).scatter_(1, own_rows(y),
-                                    c1.reshape(-1).index_select(0, y.reshape(-1)).view(n, m))
+        own = c1.reshape(-1).index_select(0, y.reshape(-1)).view(n, m)
+        grad_s.view(n, c1.shape[0] * m).scatter_(1, own_rows(y), own)
     else:  # the same as one fused pass, without a scatter's scalar stores
         grad_s = torch.where(index_hits(y, c1.shape[0]), c1, c0)
     if w is not None:

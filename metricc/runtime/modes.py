@@ -218,8 +218,9 @@ def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
     """``(N, C, M)`` rows, one independent 0/1 label per class and element."""
     n, c = input.shape[:2]
     if target.shape != input.shape:
-        raise MetricError(f"mode='multilabel' needs target of the input's shape {tuple(input.shape)} "
-                  f"(one 0/1 label per class), got {tuple(target.shape)}")
+        raise MetricError(f"mode='multilabel' needs target of the input's shape "
+                          f"{tuple(input.shape)} (one 0/1 label per class), got "
+                          f"{tuple(target.shape)}")
     m = math.prod(input.shape[2:])
     return _label_rows(input.reshape(n, c, m), target.reshape(n, c, m), from_logits,
                        ignore_index, need_hard, threshold)
