@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import ast
 import itertools
-import warnings
 from typing import Any
 
 import sympy
 
-from .errors import MetricWarning, VerificationError
+from .errors import VerificationError
 from .matrix import EPS, expand, guard_matrix
-from .verify import Check, VerificationReport, _ExactNumbers, symbolic_equal
+from .verify import (
+    Check,
+    VerificationReport,
+    _against_reference,
+    _ExactNumbers,
+    symbolic_equal,
+)
 
 #: A :class:`metricc.matrix_metric.MatrixMetric` (not imported: it imports this module).
 MatrixMetric = Any
@@ -205,29 +210,12 @@ def _numeric_checks(metric: MatrixMetric, report: VerificationReport, seed: int,
     x0 = torch.randn(size, k, generator=gen, dtype=torch.float64)
     eps, temperature = 1e-7, 0.5
     for relaxation in ("linear", "softmax"):
-        ref = _reference_loss(metric, k, relaxation, temperature, eps)
-        xr = x0.clone().requires_grad_(True)
-        ref_value = ref(xr, y)
-        (ref_grad,) = torch.autograd.grad(ref_value, xr)
-        for backward in ("symbolic", "autograd"):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MetricWarning)
-                module = metric.loss(relaxation, backward=backward, from_logits=True, eps=eps,
-                                     temperature=temperature)
-            x = x0.clone().requires_grad_(True)
-            value = module(x, y)
-            (grad,) = torch.autograd.grad(value, x)
-            close = torch.allclose(value, ref_value, rtol=1e-9, atol=1e-12) and torch.allclose(
-                grad, ref_grad, rtol=1e-7, atol=1e-10)
-            worst = float((grad - ref_grad).abs().max())
-            report.checks.append(Check(
-                f"{relaxation}/{backward}: loss and gradient == autograd of a plain implementation",
-                close, f"max |grad difference| {worst:.2e} (float64, N={size}, K={k})"))
-            fd_ok = torch.autograd.gradcheck(lambda t, m=module: m(t, y),
-                                             (x0.clone().requires_grad_(True),), eps=1e-6,
-                                             atol=1e-5, rtol=1e-4, raise_exception=False)
-            report.checks.append(Check(f"{relaxation}/{backward}: gradient == finite differences",
-                                       bool(fd_ok), "torch.autograd.gradcheck, float64"))
+        _against_reference(
+            report, f"{relaxation}/{{backward}}",
+            lambda b, rel=relaxation: metric.loss(rel, backward=b, from_logits=True, eps=eps,
+                                                  temperature=temperature),
+            x0, y, _reference_loss(metric, k, relaxation, temperature, eps),
+            f"float64, N={size}, K={k}")
 
 
 def verify_matrix(metric: MatrixMetric, *, seed: int = 0, size: int = 24,

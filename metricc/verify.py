@@ -400,6 +400,56 @@ def _reference_metric(metric: Metric, eps: float) -> Any:
     return fn_metric
 
 
+def _against_reference(report: VerificationReport, label: str, make_module: Any, x0: Any,
+                       target: Any, reference: Any, where: str,
+                       finite_differences: tuple[str, ...] = ("symbolic", "autograd"),
+                       constant: bool = False) -> None:
+    """The loss of each backward mode (``make_module(backward)``) at ``x0`` against a plain
+    implementation's (``reference(x, target)``, differentiated by autograd): value and
+    gradient, then the gradient of the modes in ``finite_differences`` against
+    ``gradcheck`` (full mode: its fast mode let a 1 % error through), all in float64.
+    ``constant``: the metric ignores the predictions, so the gradient must be exactly 0
+    (finite differences of it would measure rounding). ``label`` has a ``{backward}`` field.
+    """
+    import torch
+
+    xr = x0.clone().requires_grad_(True)
+    ref_value = reference(xr, target)
+    (ref_grad,) = torch.autograd.grad(ref_value, xr)
+    for backward in ("symbolic", "autograd"):
+        name = label.format(backward=backward)
+        with warnings.catch_warnings():
+            # verify() checks gradients of any formula, wise as a loss or not.
+            warnings.simplefilter("ignore", MetricWarning)
+            module = make_module(backward)
+        x = x0.clone().requires_grad_(True)
+        value = module(x, target)
+        (grad,) = torch.autograd.grad(value, x)
+        close = (torch.allclose(value, ref_value, rtol=1e-9, atol=1e-12)
+                 and torch.allclose(grad, ref_grad, rtol=1e-7, atol=1e-10))
+        worst = float((grad - ref_grad).abs().max())
+        report.checks.append(Check(f"{name}: loss and gradient == autograd of a plain "
+                                   "implementation", close,
+                                   f"max |grad difference| {worst:.2e} ({where})"))
+        if backward not in finite_differences:
+            continue
+        if constant:
+            report.checks.append(Check(
+                f"{name}: gradient == finite differences", bool((grad == 0).all()),
+                "the metric does not depend on the predictions (P and N only): the "
+                "gradient is exactly zero; finite differences of it measure rounding"))
+            continue
+        try:
+            fd_ok = torch.autograd.gradcheck(lambda t, m=module: m(t, target),
+                                             (x0.clone().requires_grad_(True),), eps=1e-6,
+                                             atol=1e-5, rtol=1e-4, raise_exception=False)
+        except RuntimeError as e:  # pragma: no cover - gradcheck internals
+            fd_ok = False
+            report.checks.append(Check("gradcheck error", False, str(e)))
+        report.checks.append(Check(f"{name}: gradient == finite differences", bool(fd_ok),
+                                   "torch.autograd.gradcheck, float64"))
+
+
 def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size: int,
                     amplifier: float) -> None:
     import torch
@@ -416,35 +466,13 @@ def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size:
         if not r.class_wise:  # checked on (N, C, *) inputs by _class_numeric_checks
             cases.setdefault(name, (r, from_logits))
     for relaxation, (r, from_logits) in cases.items():
-        x0 = logits if from_logits else probs
-        ref = _reference_loss(metric, r.value, amplifier, eps, from_logits)
-        xr = x0.clone().requires_grad_(True)
-        ref_value = ref(xr, y)
-        (ref_grad,) = torch.autograd.grad(ref_value, xr)
-        for backward in ("symbolic", "autograd"):
-            with warnings.catch_warnings():
-                # verify() checks gradients of any formula, wise as a loss or not.
-                warnings.simplefilter("ignore", MetricWarning)
-                module = metric.loss(relaxation, backward=backward, amplifier=amplifier,
-                                     eps=eps, from_logits=from_logits)
-            x = x0.clone().requires_grad_(True)
-            value = module(x, y)
-            (grad,) = torch.autograd.grad(value, x)
-            close = torch.allclose(value, ref_value, rtol=1e-9, atol=1e-12) and torch.allclose(
-                grad, ref_grad, rtol=1e-7, atol=1e-10)
-            worst = float((grad - ref_grad).abs().max())
-            report.checks.append(Check(
-                f"{relaxation}/{backward}: loss and gradient == autograd of a plain implementation",
-                close, f"max |grad difference| {worst:.2e} (float64, {size} elements)"))
-            try:
-                fd_ok = torch.autograd.gradcheck(lambda t, m=module: m(t, y), (x0.clone().requires_grad_(True),),
-                                                 eps=1e-6, atol=1e-5, rtol=1e-4, raise_exception=False)
-            except RuntimeError as e:  # pragma: no cover - gradcheck internals
-                fd_ok = False
-                report.checks.append(Check("gradcheck error", False, str(e)))
-            report.checks.append(Check(
-                f"{relaxation}/{backward}: gradient == finite differences",
-                bool(fd_ok), "torch.autograd.gradcheck, float64"))
+        _against_reference(
+            report, f"{relaxation}/{{backward}}",
+            lambda b, rel=relaxation, fl=from_logits: metric.loss(
+                rel, backward=b, amplifier=amplifier, eps=eps, from_logits=fl),
+            logits if from_logits else probs, y,
+            _reference_loss(metric, r.value, amplifier, eps, from_logits),
+            f"float64, {size} elements")
 
 
 def _class_numeric_checks(metric: Metric, report: VerificationReport, seed: int,
@@ -472,7 +500,7 @@ def _class_numeric_checks(metric: Metric, report: VerificationReport, seed: int,
         for from_logits in (True, False):
             x0 = logits if from_logits else torch.softmax(logits, 1)
 
-            def reference(x: Any, fl: bool = from_logits) -> Any:
+            def reference(x: Any, _target: Any, fl: bool = from_logits) -> Any:
                 q = torch.exp(x / temperature) if fl else x ** (1 / temperature)
                 a = q / q.sum(1, keepdim=True)  # the definition, differentiated by autograd
                 y = onehot
@@ -481,39 +509,15 @@ def _class_numeric_checks(metric: Metric, report: VerificationReport, seed: int,
                 value = fn_metric(tp, fp, fn, tn).mean()
                 return 1 - value if metric.higher_is_better else value
 
-            xr = x0.clone().requires_grad_(True)
-            ref_value = reference(xr)
-            (ref_grad,) = torch.autograd.grad(ref_value, xr)
-            for backward in ("symbolic", "autograd"):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", MetricWarning)
-                    module = metric.loss(name, mode="multiclass", temperature=temperature,
-                                         from_logits=from_logits, backward=backward, eps=eps)
-                x = x0.clone().requires_grad_(True)
-                value = module(x, target)
-                (grad,) = torch.autograd.grad(value, x)
-                close = torch.allclose(value, ref_value, rtol=1e-9, atol=1e-12) and \
-                    torch.allclose(grad, ref_grad, rtol=1e-7, atol=1e-10)
-                worst = float((grad - ref_grad).abs().max())
-                label = f"{name}/{backward} (multiclass, from_logits={from_logits})"
-                report.checks.append(Check(
-                    f"{label}: loss and gradient == autograd of a plain implementation", close,
-                    f"max |grad difference| {worst:.2e} (float64, {n}x{c}x{m})"))
-                if backward == "autograd":
-                    continue  # equal to the reference above; finite differences check one
-                if constant:
-                    report.checks.append(Check(
-                        f"{label}: gradient == finite differences", bool((grad == 0).all()),
-                        "the metric does not depend on the predictions (P and N only): the "
-                        "gradient is exactly zero; finite differences of it measure rounding"))
-                    continue
-                # Full mode: gradcheck's fast mode (random directions) let a 1% error in
-                # the backward pass here. Small inputs keep it cheap.
-                fd_ok = torch.autograd.gradcheck(lambda t, mod=module: mod(t, target),
-                                                 (x0.clone().requires_grad_(True),), eps=1e-6,
-                                                 atol=1e-5, rtol=1e-4, raise_exception=False)
-                report.checks.append(Check(f"{label}: gradient == finite differences",
-                                           bool(fd_ok), "torch.autograd.gradcheck, float64"))
+            # the autograd backward equals the reference: finite differences check the
+            # symbolic one (small inputs keep gradcheck's full mode cheap)
+            _against_reference(
+                report, f"{name}/{{backward}} (multiclass, from_logits={from_logits})",
+                lambda b, rel=name, fl=from_logits: metric.loss(
+                    rel, mode="multiclass", temperature=temperature, from_logits=fl,
+                    backward=b, eps=eps),
+                x0, target, reference, f"float64, {n}x{c}x{m}",
+                finite_differences=("symbolic",), constant=constant)
 
 
 def verify(metric: Metric, derivatives: Mapping[str, str] | None = None, *, seed: int = 0,
