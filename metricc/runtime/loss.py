@@ -332,7 +332,7 @@ class MetricLoss(torch.nn.Module):
                         and not samplewise and average != "micro" and weight is None
                         and not self.soft_label)
         if index_labels and host and not self.validate_args and self.ignore_index is None:
-            # on the CPU in eager mode indices are counted by gather and bincount, which
+            # on the CPU in eager mode indices are counted by gather and scatter, which
             # need them in [0, C): unchecked ones are read once (elsewhere a fused
             # comparison counts an index outside it for no class)
             index_labels = indices_in_range(target, input.shape[1] if input.dim() > 1 else 0)
