@@ -46,6 +46,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.modes",
         "metricc.runtime.weights",
         "metricc.runtime.logit_grad",
+        "metricc.runtime.symbolic",
         "metricc.runtime.loss",
         "metricc.runtime.constrained",
         "metricc.runtime.matrix",

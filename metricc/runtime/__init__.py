@@ -9,7 +9,8 @@
 ``modes``            per-mode validate/format stages and the averages
 ``weights``          per-element weight maps (``loss_fn(input, target, weight=w)``)
 ``logit_grad``       compiled softmax losses on class indices: the logit gradient in the forward
-``loss``             ``MetricLoss`` and its autograd Function
+``symbolic``         the symbolic autograd Function, and the kernel's twin on plain numbers
+``loss``             ``MetricLoss``
 ``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
 ``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix
 ===================  ==========================================================
