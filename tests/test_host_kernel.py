@@ -174,3 +174,21 @@ def test_an_undefined_batch_keeps_the_tensor_kernels_result(
         results.append((value.item(), x.grad))
     (v1, g1), (v2, g2) = results
     assert (math.isnan(v1) and math.isnan(v2)) and torch.equal(g1.isnan(), g2.isnan())
+
+
+@pytest.mark.parametrize("from_logits", [False, True])
+def test_compiled_one_row_losses_stay_one_graph(from_logits: bool) -> None:
+    # The host path reads the counts (.tolist()): it must never run while torch.compile
+    # traces, also where the relaxation has no derivative to recompute (linear, probabilities).
+    loss = metricc.compile("dice").loss("linear", from_logits=from_logits)
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, generator=g)
+    x = x if from_logits else torch.sigmoid(x)
+    y = (torch.rand(256, generator=g) < 0.3).float()
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    eager, comp = loss(xa, y), compiled(xb, y)
+    eager.backward()
+    comp.backward()
+    torch.testing.assert_close(comp, eager)
+    torch.testing.assert_close(xb.grad, xa.grad)

@@ -131,7 +131,7 @@ def symbolic_function(cls: Any) -> Any:
             overwrite = a is not s and not soft_label
             if (twin is not None and pool is None and not soft_label and a.dim() == 2
                     and a.shape[0] == 1 and y.is_floating_point() and a.device.type == "cpu"
-                    and ctx.recompute is None):
+                    and not torch.compiler.is_compiling()):
                 sums = count_sums(a, y, w, overwrite)
                 tp, pp, pos, total = sums.view(-1).tolist()
                 out = host_values(twin, derive_counts(tp, pp, pos, total), eps)
