@@ -44,6 +44,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.distributed",
         "metricc.runtime.hints",
         "metricc.runtime.modes",
+        "metricc.runtime.averages",
         "metricc.runtime.weights",
         "metricc.runtime.logit_grad",
         "metricc.runtime.symbolic",

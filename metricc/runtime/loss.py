@@ -15,10 +15,11 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .averages import average_rows, predicted, reduce_samples
 from .counts import _HALF_MAX, _rows, _wide, indices_in_range, soft_counts
 from .distributed import count_pool
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
-from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
+from .modes import class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, relax, stable_sigmoid
 from .symbolic import symbolic_function
