@@ -288,7 +288,7 @@ class MetricLoss(torch.nn.Module):
         wr = None if w is None else rows(w)
         losses, support = self._losses_and_support(rows(r.s), yr, wr, r.from_logits)
         if single:
-            return losses[0]
+            return losses.view(())  # not losses[0]: select's backward costs a fresh buffer
         # Each row's support, per (sample, class): rows are classes (pooled over the
         # batch), (sample, class) pairs, or samples (micro).
         if not samplewise:

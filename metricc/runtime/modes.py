@@ -92,7 +92,9 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     bits = t.dtype == torch.float32  # labels in [+0, 1]: int32 patterns 0 to 0x3F800000
     u = t.view(torch.int32) if bits else t
     stats = [v for w in ((x,) if t.dtype == torch.bool else (x, u)) for v in torch.aminmax(w)]
-    lo, hi, *trange = torch.stack([v.to(torch.float64) for v in stats]).tolist()
+    lo, hi, *trange = (  # a GPU syncs once; on the CPU, stacking costs more than .item()s
+        [v.item() for v in stats] if x.device.type == "cpu"
+        else torch.stack([v.to(torch.float64) for v in stats]).tolist())
     if bits:  # an integer min/max is 2.5x faster (NaN and negatives fall outside)
         trange = ([] if 0 <= trange[0] <= trange[1] <= 0x3F800000
                   else [v.item() for v in torch.aminmax(t)])  # the values, for a message
