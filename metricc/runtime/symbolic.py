@@ -71,8 +71,8 @@ def host_twin(kernel: Callable[..., Any]) -> Callable[..., Any] | None:
 
     >>> def k(TP, FP, FN, TN, eps):
     ...     return torch.sqrt(TP / (TP + FP + eps))
-    >>> host_twin(k)(4.0, 0.0, 0.0, 0.0, 0.0)
-    2.0
+    >>> host_twin(k)(4.0, 12.0, 0.0, 0.0, 0.0)
+    0.5
     """
     code = getattr(kernel, "__code__", None)
     if code is None or kernel.__closure__ or any(
