@@ -95,6 +95,13 @@ def host_values(twin: Callable[..., Any], counts: tuple[float, ...], eps: float
     return None
 
 
+def _host_row(a: Tensor, y: Tensor) -> bool:
+    """One row of 0/1 (or soft) labels on the CPU in eager mode: reading its four sums as
+    Python floats costs nothing (no device to sync, no graph being traced)."""
+    return (a.dim() == 2 and a.shape[0] == 1 and y.is_floating_point()
+            and a.device.type == "cpu" and not torch.compiler.is_compiling())
+
+
 def symbolic_function(cls: Any) -> Any:
     """A ``torch.autograd.Function`` whose backward uses the metric's symbolic partials;
     ``cls`` is the ``MetricLoss`` subclass holding the kernels."""
@@ -129,9 +136,7 @@ def symbolic_function(cls: Any) -> Any:
                 a = relax(s, *relax_args)
             ctx.in_dtype, ctx.pool, ctx.host = in_dtype, pool, None
             overwrite = a is not s and not soft_label
-            if (twin is not None and pool is None and not soft_label and a.dim() == 2
-                    and a.shape[0] == 1 and y.is_floating_point() and a.device.type == "cpu"
-                    and not torch.compiler.is_compiling()):
+            if twin is not None and pool is None and not soft_label and _host_row(a, y):
                 sums = count_sums(a, y, w, overwrite)
                 tp, pp, pos, total = sums.view(-1).tolist()
                 out = host_values(twin, derive_counts(tp, pp, pos, total), eps)
