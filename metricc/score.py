@@ -3,7 +3,7 @@
 Hard labels get their own checks (``_<mode>_validate_hard``: targets must be
 0/1 or class indices, predictions labels or scores), then go through the loss's
 own stages: :func:`metricc.runtime.modes.class_rows` lays them out and picks
-the classes, and :func:`~metricc.runtime.modes.class_average_weights` applies
+the classes, and :func:`~metricc.runtime.averages.class_average_weights` applies
 the absent-class policy, so a loss and its score count and average the same
 classes (``docs/modes.md``). ``value`` is the metric's exact evaluation at
 counts (``Metric.value``).
@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from .errors import MetricError
-from .runtime.modes import _binary_validate, class_average_weights, class_rows, reduce_samples
+from .runtime.averages import class_average_weights, reduce_samples
+from .runtime.modes import _binary_validate, class_rows
 from .runtime.options import check_class_options, look_up_option, select_classes
 
 __all__ = ["score", "score_classes"]

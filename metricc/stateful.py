@@ -27,7 +27,7 @@ from torchmetrics import Metric as _TorchMetric
 from torchmetrics.utilities.data import dim_zero_cat
 
 from .errors import MetricError
-from .runtime.modes import class_average_weights
+from .runtime.averages import class_average_weights
 from .runtime.options import (
     MULTIDIM_AVERAGES,
     check_class_options,

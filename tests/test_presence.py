@@ -15,8 +15,9 @@ import torch
 from hypothesis import given, settings
 
 import metricc
+from metricc.runtime.averages import predicted
 from metricc.runtime.counts import _counts
-from metricc.runtime.modes import class_rows, predicted
+from metricc.runtime.modes import class_rows
 
 F64 = torch.float64
 

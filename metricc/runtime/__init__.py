@@ -6,10 +6,12 @@
 ``counts``           soft confusion counts and the dtype policy
 ``distributed``      counts summed over ranks and remembered over batches
 ``hints``            input mix-ups named with their fix (probabilities as logits, ...)
-``modes``            per-mode validate/format stages and the averages
+``modes``            per-mode validate/format stages
+``averages``         the class-presence test and the class and sample averages
 ``weights``          per-element weight maps (``loss_fn(input, target, weight=w)``)
 ``logit_grad``       compiled softmax losses on class indices: the logit gradient in the forward
-``loss``             ``MetricLoss`` and its autograd Function
+``symbolic``         the symbolic autograd Function, and the kernel's twin on plain numbers
+``loss``             ``MetricLoss``
 ``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
 ``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix
 ===================  ==========================================================
@@ -33,8 +35,9 @@ _EXPORTS = {
     "stable_sigmoid": "relax",
     "soft_counts": "counts",
     "CountPool": "distributed", "sync_counts": "distributed",
-    "ClassRows": "modes", "average_rows": "modes", "class_average_weights": "modes",
-    "class_rows": "modes", "reduce_samples": "modes", "validate_inputs": "modes",
+    "ClassRows": "modes", "class_rows": "modes", "validate_inputs": "modes",
+    "average_rows": "averages", "class_average_weights": "averages",
+    "reduce_samples": "averages",
     "MetricLoss": "loss",
     "ConstrainedLoss": "constrained", "ConstraintSpec": "constrained",
     "MatrixLoss": "matrix", "soft_matrix": "matrix",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -44,6 +46,19 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool, soft_label:
     """
     if not y.is_floating_point():
         return _index_counts(a, y)
+    return derive_counts(*count_sums(a, y, w, overwrite, soft_label).unbind())
+
+
+def derive_counts(tp: Any, pp: Any, pos: Any, total: Any) -> tuple[Any, Any, Any, Any]:
+    """``TP FP FN TN`` from the sums of :func:`count_sums` (tensors or plain numbers)."""
+    fp = pp - tp
+    return tp, fp, pos - tp, total - pos - fp
+
+
+def count_sums(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool,
+               soft_label: bool = False) -> Tensor:
+    """The sums behind :func:`_counts` on 0/1 (or soft) labels: ``(4, R)`` float64 rows
+    ``TP``, ``sum(w a)``, ``sum(w y)``, ``sum(w)``, from which ``FP FN TN`` follow."""
     acc = _sum_dtype(a)
     dims = (0, 2) if a.dim() == 3 else -1
     if soft_label:
@@ -62,11 +77,7 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool, soft_label:
     else:
         pos = (w * y).sum(dims, dtype=acc)
         total = w.sum(dims, dtype=acc)
-    tp, pp, pos, total = torch.stack((tp, pp, pos, total)).to(torch.float64).unbind()
-    fp = pp - tp
-    fn = pos - tp
-    tn = total - pos - fp
-    return tp, fp, fn, tn
+    return torch.stack((tp, pp, pos, total)).to(torch.float64)
 
 
 def overlap_share(a: Tensor, y: Tensor, g1: Tensor, g0: Tensor) -> Tensor:
@@ -228,21 +239,8 @@ def count_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: Tensor, c0:
     later backward reads it.
     """
     if y.is_floating_point() and _host(y) and c0.numel() == 1:
-        # One row on the CPU: plain numbers make two vectorized passes of
-        # what addcmul with broadcast tensor operands does several times slower.
-        a0, a1 = float(c0), float(c1 - c0)
-        if d is not None and a0 != 0 and abs(a1) < 1e30 * abs(a0):
-            # d (1 + y a1 / a0) a0; in place where d is needed by no later
-            # backward: a fresh buffer costs page faults on every use.
-            grad_s = (torch.addcmul(d, d, y, value=a1 / a0) if _graph_kept()
-                      else d.addcmul_(d, y, value=a1 / a0)).mul_(a0)
-            d = None
-        elif d is not None:
-            grad_s = torch.mul(d, a0).addcmul_(d, y, value=a1)
-            d = None
-        else:
-            grad_s = torch.mul(y, a1).add_(a0)
-    elif y.is_floating_point():
+        return row_adjoint(y, w, d, float(c1), float(c0))
+    if y.is_floating_point():
         grad_s = torch.mul(y, c1 - c0).add_(c0)
     elif _host_indices(y):  # class indices: c1 at each one's class, else c0
         n, m = y.shape[0], y.shape[-1]
@@ -257,6 +255,24 @@ def count_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: Tensor, c0:
     if d is not None:
         grad_s = grad_s.mul_(d)
     return grad_s
+
+
+def row_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: float, c0: float
+                ) -> Tensor:
+    """:func:`count_adjoint` of one row with plain-number coefficients (on the CPU, two
+    vectorized passes of what ``addcmul`` with broadcast tensor operands does several
+    times slower)."""
+    a0, a1 = c0, c1 - c0
+    if d is not None and a0 != 0 and abs(a1) < 1e30 * abs(a0):
+        # d (1 + y a1 / a0) a0; in place where d is needed by no later
+        # backward: a fresh buffer costs page faults on every use.
+        grad_s = (torch.addcmul(d, d, y, value=a1 / a0) if _graph_kept()
+                  else d.addcmul_(d, y, value=a1 / a0)).mul_(a0)
+    elif d is not None:
+        grad_s = torch.mul(d, a0).addcmul_(d, y, value=a1)
+    else:
+        grad_s = torch.mul(y, a1).add_(a0)
+    return grad_s if w is None else grad_s.mul_(w)
 
 
 def _rows(x: Tensor | float, like: Tensor) -> Tensor:

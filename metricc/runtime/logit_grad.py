@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .averages import class_average_weights, predicted
 from .counts import (
     _counts,
     _graph_kept,
@@ -38,7 +39,7 @@ from .counts import (
     own_rows,
 )
 from .distributed import CountPool
-from .modes import ClassRows, class_average_weights, predicted
+from .modes import ClassRows
 
 
 def softmax_index_function(cls: Any) -> Any:
@@ -126,7 +127,7 @@ def softmax_eager_function(cls: Any) -> Any:
             counts = _index_counts(a, y, gathered=own)
             support = counts[0] + counts[2]
             n, k = a.shape[:2]
-            # the hard predictions of classes without support only (see modes.predicted)
+            # the hard predictions of classes without support only (see averages.predicted)
             present = (support > 0) | predicted(r, (support == 0).expand(n, k), None).any(0)
             loss, c1, c0 = _averaged(cls, counts, support, present, pool, weights, average,
                                      eps, sign / temperature, a.dtype)

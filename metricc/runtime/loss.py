@@ -1,8 +1,9 @@
-"""``MetricLoss``: the loss module every compiled metric subclasses, and its autograd Function.
+"""``MetricLoss``: the loss module every compiled metric subclasses.
 
 A compiled metric fills in the two generated kernels (``metric_value``,
 ``metric_and_coefficients``); everything else is here and in the modules this
-one imports, which standalone loss files carry too.
+one imports (the symbolic autograd Function is in ``symbolic``), which
+standalone loss files carry too.
 """
 
 from __future__ import annotations
@@ -14,98 +15,15 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import (
-    _HALF_MAX,
-    _counts,
-    _rows,
-    _to_input_dtype,
-    _wide,
-    count_adjoint,
-    indices_in_range,
-    overlap_share,
-    soft_counts,
-)
-from .distributed import CountPool, count_pool
+from .averages import average_rows, predicted, reduce_samples
+from .counts import _HALF_MAX, _rows, _wide, indices_in_range, soft_counts
+from .distributed import count_pool
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
-from .modes import average_rows, class_rows, predicted, reduce_samples, validate_inputs
+from .modes import class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
-from .relax import RELAXATIONS, _relax_pair, _relax_pair_fused, relax, stable_sigmoid
+from .relax import RELAXATIONS, relax, stable_sigmoid
+from .symbolic import symbolic_function
 from .weights import validate_weight, weight_rows
-
-
-def _symbolic_function(cls: type[MetricLoss]) -> Any:
-    """A ``torch.autograd.Function`` whose backward uses the metric's symbolic partials."""
-    sign = -1.0 if cls.higher_is_better else 1.0
-
-    class SymbolicMetric(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
-                    amplifier: float, slope: float, offset: float, from_logits: bool,
-                    eps: float, pool: CountPool | None = None, soft_label: bool = False
-                    ) -> tuple[Tensor, Tensor]:
-            # Half and bfloat16 work in float32 (see backward); the gradient returns
-            # in the input's dtype.
-            in_dtype = s.dtype
-            work = _wide(in_dtype)
-            if work != in_dtype:
-                s = s.to(work)
-                y = y.to(work) if y.is_floating_point() else y  # class indices stay
-                w = None if w is None else w.to(work)
-            # dA/ds is computed here, alongside A(s), and saved: the backward is then
-            # one fused multiply (two passes in eager torch) with nothing recomputed.
-            # Compiled, the backward recomputes it from s instead, in its one fused loop:
-            # saving d would add a full write and read of it (and its memory).
-            relax_args = (relaxation, amplifier, slope, offset, from_logits)
-            a, d, k = _relax_pair(s, *relax_args)
-            ctx.recompute = (relax_args if d is not None and torch.compiler.is_compiling()
-                             else None)
-            if ctx.recompute is not None:
-                # then only A(s) is needed here: the plain sigmoid is fewer operations than
-                # the pair's (the unused dA/ds is dropped from the graph)
-                a = relax(s, *relax_args)
-            counts = _counts(a, y, w, overwrite=a is not s and not soft_label,
-                             soft_label=soft_label)
-            support = counts[0] + counts[2]  # this batch's TP + FN: for the averages
-            ctx.mark_non_differentiable(support)
-            if pool is not None:
-                # Global (and remembered) counts: g1, g0 below are then the global partials.
-                counts = pool(counts)
-            value, g1, g0 = (_rows(x, counts[0])
-                             for x in cls.metric_and_coefficients(*counts, eps))
-            # The per-row coefficients, scaled and in the working dtype here, so that the
-            # backward's elementwise pass (which torch.compile fuses with them) does two
-            # float multiplies per row instead of a chain in float64.
-            coef = torch.stack((g1, g0)).to(work) * (sign * k)
-            # d metric / d a = u g1 + (1 - u) g0 with u = y for the product counts and
-            # u = d min(a, y) / d a for soft labels: the backward below serves both.
-            u = overlap_share(a, y, g1, g0) if soft_label else y
-            ctx.save_for_backward(u, w, d if ctx.recompute is None else s, coef)
-            ctx.in_dtype = in_dtype
-            ctx.pool = pool
-            loss = 1 - value if cls.higher_is_better else value
-            # Half inputs get a float32 loss, as autocast gives torch's own losses:
-            # unbounded metrics (odds ratios) pass 65504 at their singular set.
-            return loss.to(_wide(s.dtype)), support
-
-        @staticmethod
-        def backward(ctx: Any, grad: Tensor, _support_grad: Tensor | None = None
-                     ) -> tuple[Tensor | None, ...]:
-            y, w, d, coef = ctx.saved_tensors
-            if ctx.recompute is not None:  # d holds s (compiled): see the forward
-                d = _relax_pair_fused(d, *ctx.recompute)[1]
-            if ctx.pool is not None:
-                # Every rank's loss depends on this rank's counts through the all-reduce.
-                grad = ctx.pool.sum_grad(grad)
-            # d loss / d a = sign * (y g1 + (1 - y) g0): two per-row scalars and
-            # one elementwise pass, with no autograd graph through the sums. It runs in
-            # the forward's working dtype (float32 at least): in half, a coefficient of
-            # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
-            c1, c0 = (grad.to(coef.dtype) * coef).unsqueeze(-1).unbind()
-            grad_s = count_adjoint(y, w, d, c1, c0)
-            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 10)
-
-    SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
-    return SymbolicMetric
 
 
 class MetricLoss(torch.nn.Module):
@@ -164,7 +82,7 @@ class MetricLoss(torch.nn.Module):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._function = _symbolic_function(cls)
+        cls._function = symbolic_function(cls)
         cls._softmax_function = softmax_index_function(cls)
         cls._softmax_eager = softmax_eager_function(cls)
 
@@ -370,7 +288,7 @@ class MetricLoss(torch.nn.Module):
         wr = None if w is None else rows(w)
         losses, support = self._losses_and_support(rows(r.s), yr, wr, r.from_logits)
         if single:
-            return losses[0]
+            return losses.view(())  # not losses[0]: select's backward costs a fresh buffer
         # Each row's support, per (sample, class): rows are classes (pooled over the
         # batch), (sample, class) pairs, or samples (micro).
         if not samplewise:

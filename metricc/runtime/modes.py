@@ -1,10 +1,9 @@
-"""Modes as stages: validate, then lay out a batch as ``(N, K, M)`` rows; and the averages.
+"""Modes as stages: validate, then lay out a batch as ``(N, K, M)`` rows.
 
 One ``_<mode>_validate``/``_<mode>_format`` pair per mode (``binary``,
 ``multiclass``, ``multilabel``), as torchmetrics' ``stat_scores`` does it; the
-loss runs :func:`validate_inputs` then :func:`class_rows`. The absent-class
-policy (:func:`class_average_weights`) is shared by the loss and the hard-label
-score (``metricc.score``), so both average the same classes: see ``docs/modes.md``.
+loss runs :func:`validate_inputs` then :func:`class_rows`. How the rows' losses
+are then averaged is in ``averages``.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ class ClassRows(NamedTuple):
     themselves as ``(N, 1, M)`` int64 (see ``counts._index_counts``). ``mask``
     (``(N, 1 or K, M)``, ``None`` without ``ignore_index``) is False where the
     target is ignored; ``weights`` holds the selected ``class_weights``. The
-    hard prediction that decides which classes are present (:func:`predicted`)
+    hard prediction that decides which classes are present (``averages.predicted``)
     is taken from ``scores`` (detached): ``scores >= threshold`` for binary and
     multilabel (``(N, K, M)``), the argmax over dim 1 of ``(N, C, M)`` (all ``C``
     classes, of which ``chosen`` are selected; ``None``: all) for multiclass.
@@ -93,7 +92,9 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     bits = t.dtype == torch.float32  # labels in [+0, 1]: int32 patterns 0 to 0x3F800000
     u = t.view(torch.int32) if bits else t
     stats = [v for w in ((x,) if t.dtype == torch.bool else (x, u)) for v in torch.aminmax(w)]
-    lo, hi, *trange = torch.stack([v.to(torch.float64) for v in stats]).tolist()
+    lo, hi, *trange = (  # a GPU syncs once; on the CPU, stacking costs more than .item()s
+        [v.item() for v in stats] if x.device.type == "cpu"
+        else torch.stack([v.to(torch.float64) for v in stats]).tolist())
     if bits:  # an integer min/max is 2.5x faster (NaN and negatives fall outside)
         trange = ([] if 0 <= trange[0] <= trange[1] <= 0x3F800000
                   else [v.item() for v in torch.aminmax(t)])  # the values, for a message
@@ -254,7 +255,7 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
     # argmax of the logits is the argmax of the softmax: presence is decided on the input
     scores = input.detach().reshape(n, c, m)
     # max(1).indices is that argmax (first maximum on ties, too) but several times faster
-    # on CPU than argmax(1); the loss does without it (see predicted)
+    # on CPU than argmax(1); the loss does without it (see averages.predicted)
     hard = scores.max(1).indices.unsqueeze(1) == labels if need_hard else None
     if target.shape == input.shape:
         if ignore_index is not None:
@@ -282,119 +283,3 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                   f"indices) or {tuple(input.shape)} (one-hot or soft), got "
                   f"{tuple(target.shape)}")
     return ClassRows(s, y, mask, hard, False, None, scores, None, None)
-
-
-def predicted(r: ClassRows, need: Tensor | None, element_weights: Tensor | None) -> Tensor:
-    """``(N, K)`` bool: class ``k`` is the hard prediction of a counted element of sample ``n``.
-
-    Counted elements are those with a positive ``element_weights`` (``(N, 1 or K, M)``,
-    or ``None`` for all). Exact where ``need`` (``(N, K)`` bool) is true; elsewhere
-    exact or False. ``need=None`` (under ``torch.compile``, and on CUDA) computes
-    every entry without data-dependent branches.
-
-    Multiclass presence is the costly part: ``max(1).indices`` on CPU is ~40x slower
-    than ``amax(1)``. Given ``need``, only the classes that need it are looked at, one
-    by one: class ``j`` is the first maximum at an element iff it equals the maximum
-    there and every class before it is below it (a running prefix ``amax``), which is
-    the argmax rule (first maximum on ties) without an argmax.
-    """
-    n, k = r.s.shape[:2]
-    ew = None if element_weights is None else element_weights.detach() > 0
-    if need is not None and not bool(need.any()):
-        return torch.zeros((n, k), dtype=torch.bool, device=r.s.device)
-    x = r.scores
-    if r.threshold is not None:
-        if ew is None:
-            return x.amax(-1) >= r.threshold
-        return ((x >= r.threshold) & ew).any(-1)
-    c = x.shape[1]
-    cols = list(range(c)) if r.chosen is None else r.chosen
-    if need is None:
-        # Each element's argmax (first maximum, as documented: the least class at the
-        # maximum, which fuses into one pass, unlike max(1).indices) is marked in an
-        # (N, C + 1) table; elements that are not counted go to the extra column.
-        at_max = x == x.amax(1, keepdim=True)
-        idx = torch.where(at_max, torch.arange(c, device=x.device).view(1, c, 1), c).amin(1)
-        if r.mask is not None:
-            idx = torch.where(r.mask[:, 0], idx, c)
-        table = torch.zeros((n, c + 1), dtype=x.dtype, device=x.device).scatter_(1, idx, 1.0)
-        hit = table[:, cols] > 0
-        # zero class weights (micro) count nothing; a hit implies an unmasked element
-        return hit if ew is None else hit & ew.any(-1)
-    if ew is not None and ew.shape[1] == 1:
-        ew = ew.expand(n, k, -1)
-    wanted = need.any(0).nonzero().flatten().tolist()
-    out = torch.zeros((n, k), dtype=torch.bool, device=x.device)
-    mx = x.amax(1)
-    prefix, done = None, 0  # prefix = max of classes [0, done)
-    for col in sorted(wanted, key=lambda i: cols[i]):
-        j = cols[col]
-        if j > done:
-            part = x[:, done:j].amax(1)
-            prefix = part if prefix is None else torch.maximum(prefix, part)
-            done = j
-        hit = x[:, j] == mx
-        if prefix is not None:
-            hit &= prefix < mx
-        if ew is not None:
-            hit &= ew[:, col]
-        out[:, col] = hit.any(-1)
-    return out
-
-
-def _first_positive(candidates: list[Tensor], dim: int) -> Tensor:
-    """Along ``dim``, the first candidate weight vector whose sum is positive (else the last)."""
-    out = candidates[-1]
-    for cand in reversed(candidates[:-1]):
-        out = torch.where(cand.sum(dim, keepdim=True) > 0, cand, out)
-    return out
-
-
-def class_average_weights(present: Tensor, support: Tensor, weights: Tensor | None,
-                          average: str) -> Tensor:
-    """The weight of each class in each sample's average: the absent-class policy.
-
-    ``present`` (``(S, K)`` bool) marks classes with a target or a (hard)
-    prediction in that sample's counts, ``support`` is each class's (weighted)
-    number of target elements, ``weights`` the ``class_weights`` (``(K,)``).
-    ``macro`` weighs present classes by ``weights`` and ignores absent ones;
-    ``weighted`` weighs them by ``weights * support``. Where that leaves
-    nothing, it falls back to the present classes, then to every class, so the
-    weights of each row are >= 0 and sum to 1 (float64).
-    """
-    f64 = torch.float64
-    base = torch.ones_like(support, dtype=f64)
-    if weights is not None:
-        base = base * weights.to(device=support.device, dtype=f64)
-    candidates = [base * present.to(f64), base]
-    if average == "weighted":
-        candidates.insert(0, base * support.to(f64))
-    v = _first_positive(candidates, -1)
-    return v / v.sum(-1, keepdim=True)
-
-
-def average_rows(values: Tensor, present: Tensor, support: Tensor, weights: Tensor | None,
-                 average: str) -> tuple[Tensor, Tensor]:
-    """Average ``(S, K)`` per-class values over classes (see :func:`class_average_weights`).
-
-    Returns the per-sample values (``(S,)``, or ``(S, K)`` for ``none``) and
-    which of them had anything present.
-    """
-    if average == "none":
-        return values, present
-    v = class_average_weights(present, support, weights, average)
-    return (v.to(values.dtype) * values).sum(-1), present.any(-1)
-
-
-def reduce_samples(per: Tensor, keep: Tensor, reduction: str) -> Tensor:
-    """``reduction`` over samples (dim 0), skipping samples with nothing present.
-
-    When no sample has anything present, every sample counts.
-    """
-    if reduction == "none":
-        return per
-    f64 = torch.float64
-    u = _first_positive([keep.to(f64), torch.ones_like(keep, dtype=f64)], 0)
-    if reduction == "mean":
-        u = u / u.sum(0, keepdim=True)
-    return (u.to(per.dtype) * per).sum(0)
