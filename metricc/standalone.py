@@ -39,6 +39,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
     (name, _PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py")) for name in (
         "metricc.errors",
         "metricc.runtime.options",
+        "metricc.runtime.sigmoids",
         "metricc.runtime.relax",
         "metricc.runtime.counts",
         "metricc.runtime.distributed",

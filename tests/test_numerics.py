@@ -19,7 +19,8 @@ import metricc
 from metricc.analyse import guard
 from metricc.library import METRICS
 from metricc.runtime.counts import soft_counts
-from metricc.runtime.relax import relax_grad, stable_sigmoid
+from metricc.runtime.relax import relax_grad
+from metricc.runtime.sigmoids import stable_sigmoid
 from metricc.symbols import EPS
 
 NAMES = sorted(METRICS)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import metricc
 from metricc.runtime.counts import _counts, soft_counts
@@ -201,6 +202,35 @@ def test_torch_compile_inductor_multiclass_matches_eager() -> None:
         (g_comp,) = torch.autograd.grad(compiled(x, y), x)
         torch.testing.assert_close(compiled(x, y), loss(x, y), rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(g_comp, g_eager, rtol=1e-9, atol=1e-15)
+
+
+class _WhereSizes(TorchDispatchMode):
+    """Records the size of every ``aten::where`` result while active (backward included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket is torch.ops.aten.where:
+            self.sizes.append(out.numel())
+        return out
+
+
+@pytest.mark.parametrize("options", [{"backward": "autograd"}, {"soft_label": True}])
+def test_eager_cpu_losses_select_without_where(options: dict) -> None:
+    # torch's CPU where branches per element: on random conditions (the sign of a logit,
+    # a < y) ~3 ns each, 20x a multiply (10x slower losses before, docs/performance.md)
+    n = 4096
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, generator=g, requires_grad=True)
+    y = torch.rand(n, generator=g) if options.get("soft_label") else (x.detach() > 0.5).float()
+    loss = metricc.compile("f1").loss(from_logits=True, **options)
+    with _WhereSizes() as spy:
+        loss(x, y).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert all(size < n for size in spy.sizes), spy.sizes
 
 
 def test_analysis_is_lazy_and_cached_compile_is_cheap() -> None:

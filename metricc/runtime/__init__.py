@@ -2,6 +2,7 @@
 
 ===================  ==========================================================
 ``options``          the string options and their checks (standard library only)
+``sigmoids``         the sigmoid with its derivative, accurate where it rounds to 1
 ``relax``            relaxations, one registered object each
 ``counts``           soft confusion counts and the dtype policy
 ``distributed``      counts summed over ranks and remembered over batches
@@ -32,7 +33,7 @@ _EXPORTS = {
     "MULTIDIM_AVERAGES": "options", "REDUCTIONS": "options", "RELAXATION_NAMES": "options",
     "look_up_option": "options",
     "RELAXATIONS": "relax", "Relaxation": "relax", "relax": "relax", "relax_grad": "relax",
-    "stable_sigmoid": "relax",
+    "stable_sigmoid": "sigmoids",
     "soft_counts": "counts",
     "CountPool": "distributed", "sync_counts": "distributed",
     "ClassRows": "modes", "class_rows": "modes", "validate_inputs": "modes",

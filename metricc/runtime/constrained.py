@@ -30,7 +30,8 @@ from .distributed import CountPool
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
 from .options import look_up_option
-from .relax import _relax_pair, relax, stable_sigmoid
+from .relax import _relax_pair, relax
+from .sigmoids import stable_sigmoid
 
 MULTIPLIER_RATES = ("hard", "relaxed")
 

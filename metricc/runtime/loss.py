@@ -21,7 +21,8 @@ from .distributed import count_pool
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .modes import class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
-from .relax import RELAXATIONS, relax, stable_sigmoid
+from .relax import RELAXATIONS, relax
+from .sigmoids import stable_sigmoid
 from .symbolic import symbolic_function
 from .weights import validate_weight, weight_rows
 

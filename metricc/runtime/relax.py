@@ -16,64 +16,7 @@ from torch import Tensor
 
 from ..errors import MetricError
 from .options import RELAXATION_NAMES
-
-
-def stable_sigmoid(z: Tensor) -> Tensor:
-    """``sigmoid(z)`` whose *autograd* derivative is exact in every dtype.
-
-    Autograd differentiates ``torch.sigmoid`` as ``a * (1 - a)`` from its output
-    ``a``; in float32 ``a`` rounds to 1 for ``z > 17`` and that derivative is 0
-    (for AnyLoss, every ``p > 0.73``). Built from ``e = exp(-|z|)`` instead, the
-    derivative autograd finds is ``e / (1 + e)**2``, with no cancellation.
-
-    >>> z = torch.tensor([36.5], requires_grad=True)
-    >>> stable_sigmoid(z).backward(); z.grad.item() > 0
-    True
-    """
-    u = torch.where(z >= 0, -z, z)  # -|z|, with derivative -1 at 0 (torch's abs has 0)
-    e = torch.exp(u)
-    return torch.where(z >= 0, 1 / (1 + e), e / (1 + e))
-
-
-#: Past this -z, sigmoid(-z) rounds to 1 (e^-20 < 2^-24, e^-40 < 2^-53); exp(-z) nears overflow.
-_SATURATION = {torch.float64: 40.0}
-
-
-def _sigmoid_pair(z: Tensor, overwrite: bool = True) -> tuple[Tensor, Tensor]:
-    """``(sigmoid(z), sigmoid(z) sigmoid(-z))``: the sigmoid and its derivative, accurate
-    also where ``sigmoid(z)`` rounds to 1 (where ``a (1 - a)`` would be 0), in two passes:
-    ``softplus_backward(a, z, beta=-1)`` is ``a e / (1 + e)`` with ``e = exp(-z)``, and
-    ``a`` past saturation. With ``overwrite`` the derivative is written into ``z``.
-
-    >>> a, d = _sigmoid_pair(torch.tensor([0.0, 30.0]))
-    >>> a.tolist(), d.tolist()[0], d.tolist()[1] > 0
-    ([0.5, 1.0], 0.25, True)
-    """
-    a = torch.sigmoid(z)
-    f, sat = torch.ops.aten.softplus_backward, _SATURATION.get(z.dtype, 20.0)
-    return a, (f.grad_input(a, z, -1.0, sat, grad_input=z) if overwrite else f(a, z, -1.0, sat))
-
-
-def _sigmoid_parts(m: Tensor) -> tuple[Tensor, Tensor]:
-    """``(sigmoid(m), sigmoid(-m))`` for ``m = |z| >= 0`` from one ``exp``.
-
-    With ``e = exp(-m)``: ``sigmoid(m) = 1 / (1 + e)``, ``sigmoid(-m) = e / (1 + e)``,
-    so ``sigmoid(z) sigmoid(-z)`` is their product, exact for every ``z`` (no
-    ``1 - a`` cancellation, no overflow).
-    """
-    e = torch.exp(-m)
-    r = 1 / (1 + e)
-    return r, e * r
-
-
-def _sigmoid_fused(z: Tensor) -> tuple[Tensor, Tensor]:
-    """``(sigmoid(z), sigmoid(z) sigmoid(-z))`` from one ``exp``, for ``torch.compile``.
-
-    Both come from :func:`_sigmoid_parts` of ``|z|``: ``sigmoid(z)`` is its first part
-    for ``z >= 0`` and its second otherwise, and the product is exact for every ``z``.
-    """
-    r, q = _sigmoid_parts(torch.abs(z))
-    return torch.where(z >= 0, r, q), r * q
+from .sigmoids import _sigmoid_fused, _sigmoid_pair
 
 
 class Relaxation:
