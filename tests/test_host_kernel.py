@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import metricc
 from metricc import emit
 from metricc.library import METRICS
-from metricc.runtime import symbolic
+from metricc.runtime import constrained, symbolic
+from metricc.runtime import loss as loss_module
 from metricc.runtime.symbolic import HOST_MATH, host_twin, host_values
 
 BINARY = sorted(n for n, m in METRICS.items() if not m.matrix)
@@ -119,7 +120,7 @@ def test_an_undefined_host_step_hands_over_to_the_tensor_kernel() -> None:
 def _tensor_only_class(name: str, monkeypatch: pytest.MonkeyPatch) -> type:
     m = metricc.compile(name)
     with monkeypatch.context() as patch:
-        patch.setattr(symbolic, "host_twin", lambda kernel: None)
+        patch.setattr(loss_module, "host_twin", lambda kernel: None)
         return emit.build_loss_class(m.kernels_source, None, m.text, m.expr,
                                      m.higher_is_better)
 
@@ -192,3 +193,48 @@ def test_compiled_one_row_losses_stay_one_graph(from_logits: bool) -> None:
     comp.backward()
     torch.testing.assert_close(comp, eager)
     torch.testing.assert_close(xb.grad, xa.grad)
+
+
+@pytest.mark.parametrize(("rates", "penalty"), [("hard", 1.0), ("relaxed", 0.0)])
+def test_constrained_host_path_gives_the_tensor_paths_steps(
+        rates: str, penalty: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The Lagrangian, its backward coefficients and the multipliers' steps on Python floats
+    # (one row on the CPU) against the tensor kernels, over a few training steps.
+    text = "precision subject to recall >= 0.9, fpr <= 0.2"
+    m = metricc.compile(text)
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(64, generator=g, dtype=torch.float64),
+                (torch.rand(64, generator=g) < 0.3).double()) for _ in range(4)]
+
+    def run() -> list[tuple[float, torch.Tensor, list[float]]]:
+        loss = m.loss(from_logits=True, multiplier_rates=rates, penalty=penalty,
+                      multiplier_lr=0.5)
+        out = []
+        for x, y in batches:
+            xs = x.clone().requires_grad_()
+            value = loss(xs, y)
+            value.backward()
+            out.append((value.item(), xs.grad, loss.multipliers.tolist()))
+        return out
+
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return host_values(*args)
+
+    monkeypatch.setattr(constrained, "host_values", counted)
+    host = run()
+    assert calls  # the host path ran
+    monkeypatch.setattr(loss_module, "host_twin", lambda kernel: None)  # classes built now
+    for c in m.loss().constraints:  # and the compiled constraints' classes
+        monkeypatch.setattr(c.kernels, "_host_value", None)
+        monkeypatch.setattr(c.kernels, "_host_coefficients", None)
+    calls.clear()
+    tensor = run()
+    assert not calls
+    assert host[-1][2] != [0.0, 0.0]  # the multipliers moved
+    for (v1, g1, l1), (v2, g2, l2) in zip(host, tensor, strict=True):
+        assert v1 == pytest.approx(v2, rel=1e-12)
+        torch.testing.assert_close(g1, g2, rtol=1e-12, atol=1e-15)
+        assert l1 == pytest.approx(l2, rel=1e-12)

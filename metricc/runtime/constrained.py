@@ -25,13 +25,23 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import _counts, _rows, _to_input_dtype, _wide, soft_counts
+from .counts import (
+    _counts,
+    _rows,
+    _to_input_dtype,
+    _wide,
+    count_sums,
+    derive_counts,
+    row_adjoint,
+    soft_counts,
+)
 from .distributed import CountPool
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
 from .options import look_up_option
 from .relax import _relax_pair, relax
 from .sigmoids import stable_sigmoid
+from .symbolic import host_row, host_values
 
 MULTIPLIER_RATES = ("hard", "relaxed")
 
@@ -77,41 +87,59 @@ def _sense(op: str) -> float:
     return 1.0 if op == ">=" else -1.0
 
 
-def _psi(v: Tensor, lam: Tensor, rho: float) -> tuple[Tensor, Tensor]:
-    """``(psi(v, lam), d psi / d v)`` of the augmented Lagrangian (see the module docstring)."""
+class _HostFallback(Exception):
+    """A kernel's float twin met counts where torch's result is not finite (or has none)."""
+
+
+def _kernel(cls: type[MetricLoss], counts: tuple[Any, ...], eps: float, coefficients: bool,
+            host: bool) -> tuple[Any, ...]:
+    """``(value, g1, g0)`` (``(value,)`` without ``coefficients``) of the kernels class
+    ``cls``: float64 rows shaped like the counts, or with ``host`` Python floats from the
+    kernels' twins (``symbolic.host_twin``), raising :class:`_HostFallback` where those
+    would not equal the tensors'."""
+    if host:
+        twin = cls._host_coefficients if coefficients else cls._host_value
+        out = None if twin is None else host_values(twin, counts, eps)
+        if out is None:
+            raise _HostFallback
+        return out
+    out = (cls.metric_and_coefficients(*counts, eps) if coefficients
+           else (cls.metric_value(*counts, eps),))
+    return tuple(_rows(x, counts[0]) for x in out)
+
+
+def _psi(v: Any, lam: Any, rho: float) -> tuple[Any, Any]:
+    """``(psi(v, lam), d psi / d v)`` of the augmented Lagrangian (see the module docstring),
+    on tensors or on Python floats."""
     if rho == 0:
         return lam * v, lam
     t = lam + rho * v
-    value = torch.where(t >= 0, lam * v + 0.5 * rho * v * v, -lam * lam / (2 * rho))
-    return value, t.clamp(min=0)
+    on, off = lam * v + 0.5 * rho * v * v, -lam * lam / (2 * rho)
+    if isinstance(t, Tensor):
+        return torch.where(t >= 0, on, off), t.clamp(min=0)
+    return (on if t >= 0 else off), max(t, 0.0)
 
 
-def _lagrangian(terms: _Terms, counts: tuple[Tensor, ...], lam: Tensor, coefficients: bool
-                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+def _lagrangian(terms: _Terms, counts: tuple[Any, ...], lam: Any, coefficients: bool,
+                host: bool = False) -> tuple[Any, Any, Any]:
     """``(L, c1, c0)`` at pooled counts: the loss per row and (with ``coefficients``)
-    ``dL/da = y c1 + (1 - y) c0`` per row."""
+    ``dL/da = y c1 + (1 - y) c0`` per row. With ``host``, one row on Python floats
+    (``counts`` and ``lam`` numbers, see :func:`_kernel`)."""
     obj, eps = terms.objective, terms.eps
     sign = -1.0 if obj.higher_is_better else 1.0
-    if coefficients:
-        value, g1, g0 = (_rows(x, counts[0]) for x in obj.metric_and_coefficients(*counts, eps))
-        c1, c0 = sign * g1, sign * g0
-    else:
-        value = _rows(obj.metric_value(*counts, eps), counts[0])
-        c1 = c0 = None
+    value, *g = _kernel(obj, counts, eps, coefficients, host)
+    c1, c0 = (sign * g[0], sign * g[1]) if coefficients else (None, None)
     loss = 1 - value if obj.higher_is_better else value
     for j, spec in enumerate(terms.constraints):
         sense = _sense(spec.op)
-        if coefficients:
-            h, h1, h0 = (_rows(x, counts[0])
-                         for x in spec.kernels.metric_and_coefficients(*counts, eps))
-        else:
-            h = _rows(spec.kernels.metric_value(*counts, eps), counts[0])
-        psi, dpsi = _psi(sense * (spec.bound - h), lam[:, j].to(h.dtype), terms.penalty)
+        h, *dh = _kernel(spec.kernels, counts, eps, coefficients, host)
+        psi, dpsi = _psi(sense * (spec.bound - h), lam[j] if host else lam[:, j].to(h.dtype),
+                         terms.penalty)
         loss = loss + psi
         if coefficients:
             # dv/dh = -sense, so d psi/d a = -sense * dpsi * dh/da.
-            c1 = c1 - sense * dpsi * h1
-            c0 = c0 - sense * dpsi * h0
+            c1 = c1 - sense * dpsi * dh[0]
+            c0 = c0 - sense * dpsi * dh[1]
     return loss, c1, c0
 
 
@@ -129,20 +157,37 @@ class _ConstrainedFunction(torch.autograd.Function):
             s, y = s.to(work), y.to(work)
             w = None if w is None else w.to(work)
         a, d, k = _relax_pair(s, *terms.relax_args)
-        counts = _counts(a, y, w, overwrite=a is not s)
+        ctx.in_dtype, ctx.pool, ctx.scale, ctx.host = in_dtype, pool, k, None
+        if pool is None and host_row(a, y):  # one row on the CPU: see symbolic.host_twin
+            sums = count_sums(a, y, w, overwrite=a is not s)
+            counts = derive_counts(*sums.view(-1).tolist())
+            try:
+                loss, c1, c0 = _lagrangian(terms, counts, lam.view(-1).tolist(), True, host=True)
+            except _HostFallback:
+                counts = derive_counts(*sums.unbind())
+            else:
+                ctx.host = (k * c1, k * c0)
+                ctx.save_for_backward(y, w, d)
+                pooled = torch.tensor([counts], dtype=torch.float64)
+                ctx.mark_non_differentiable(pooled)
+                return torch.full((1,), loss, dtype=work), pooled
+        else:
+            counts = _counts(a, y, w, overwrite=a is not s)
         if pool is not None:
             counts = pool(counts)
         loss, c1, c0 = _lagrangian(terms, counts, lam, coefficients=True)
         ctx.save_for_backward(y, w, d, c1, c0)
-        ctx.in_dtype = in_dtype
-        ctx.pool = pool
-        ctx.scale = k
         pooled = torch.stack(counts, -1)
         ctx.mark_non_differentiable(pooled)
         return loss.to(work), pooled
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _counts_grad: Tensor) -> tuple[Tensor | None, ...]:
+        if ctx.host is not None:
+            y, w, d = ctx.saved_tensors
+            g = float(grad)
+            grad_s = row_adjoint(y, w, d, g * ctx.host[0], g * ctx.host[1])
+            return _to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None
         y, w, d, c1, c0 = ctx.saved_tensors
         if ctx.pool is not None:
             grad = ctx.pool.sum_grad(grad)
@@ -293,12 +338,25 @@ class ConstrainedLoss(torch.nn.Module):
         with torch.no_grad():
             if self.multiplier_rates == "hard":
                 pooled = self._hard_counts(s, y, w)
-            # eps = 0: a constraint undefined on these counts (recall with no positive)
-            # reads NaN and leaves its multiplier alone.
-            values = torch.stack([_rows(c.kernels.metric_value(*pooled.unbind(-1), 0.0),
-                                        pooled[..., 0]) for c in self.constraints], -1)
+            values = self._constraint_values(pooled)
         self._step(values, lam)
         return loss
+
+    def _constraint_values(self, pooled: Tensor) -> Tensor:
+        """``(R, K)``: each constraint's metric at the pooled ``(R, 4)`` counts, exact
+        (``eps = 0``): a constraint undefined there (recall with no positive) reads NaN
+        (or inf) and leaves its multiplier alone."""
+        if pooled.shape[0] == 1 and pooled.device.type == "cpu" and not torch.compiler.is_compiling():
+            counts = tuple(pooled.view(-1).tolist())
+            try:  # one row on the CPU: the kernels' float twins, as in the forward
+                values = [_kernel(c.kernels, counts, 0.0, False, True)[0]
+                          for c in self.constraints]
+            except _HostFallback:
+                pass
+            else:
+                return torch.tensor([values], dtype=torch.float64)
+        return torch.stack([_kernel(c.kernels, tuple(pooled.unbind(-1)), 0.0, False, False)[0]
+                            for c in self.constraints], -1)
 
     def _hard_counts(self, s: Tensor, y: Tensor, w: Tensor | None) -> Tensor:
         """The pooled ``(R, 4)`` counts of the hard predictions."""

@@ -23,7 +23,7 @@ from .modes import class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import RELAXATIONS, relax
 from .sigmoids import stable_sigmoid
-from .symbolic import symbolic_function
+from .symbolic import host_twin, symbolic_function
 from .weights import validate_weight, weight_rows
 
 
@@ -67,6 +67,9 @@ class MetricLoss(torch.nn.Module):
     #: (``docs/modes.md``); the message names the K x K metric to use instead.
     micro_refusal: ClassVar[str] = ""
     _function: ClassVar[Any] = None
+    #: The kernels' twins on Python floats (``symbolic.host_twin``), or None.
+    _host_value: ClassVar[Any] = None
+    _host_coefficients: ClassVar[Any] = None
     #: The compiled multiclass softmax loss on class indices (``logit_grad``).
     _softmax_function: ClassVar[Any] = None
     _softmax_eager: ClassVar[Any] = None
@@ -83,6 +86,8 @@ class MetricLoss(torch.nn.Module):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._host_value = host_twin(cls.metric_value)
+        cls._host_coefficients = host_twin(cls.metric_and_coefficients)
         cls._function = symbolic_function(cls)
         cls._softmax_function = softmax_index_function(cls)
         cls._softmax_eager = softmax_eager_function(cls)

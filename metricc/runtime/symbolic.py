@@ -84,18 +84,20 @@ def host_twin(kernel: Callable[..., Any]) -> Callable[..., Any] | None:
 
 def host_values(twin: Callable[..., Any], counts: tuple[float, ...], eps: float
                 ) -> tuple[float, ...] | None:
-    """The twin's ``(value, g1, g0)`` on the counts, or ``None`` where torch's result would
-    not be finite (the caller then runs the tensor kernel: its inf or NaN, as before)."""
+    """The twin's outputs on the counts as a tuple (``(value, g1, g0)``, or ``(value,)``
+    for ``metric_value``), or ``None`` where torch's result would not be finite (the
+    caller then runs the tensor kernel: its inf or NaN, as before)."""
     try:
         out = twin(*counts, eps)
     except (ArithmeticError, ValueError, TypeError):  # 1/0, log(0), complex operands
         return None
+    out = out if isinstance(out, tuple) else (out,)
     if all(type(v) is float and math.isfinite(v) for v in out):
         return out
     return None
 
 
-def _host_row(a: Tensor, y: Tensor) -> bool:
+def host_row(a: Tensor, y: Tensor) -> bool:
     """One row of 0/1 (or soft) labels on the CPU in eager mode: reading its four sums as
     Python floats costs nothing (no device to sync, no graph being traced)."""
     return (a.dim() == 2 and a.shape[0] == 1 and y.is_floating_point()
@@ -106,7 +108,7 @@ def symbolic_function(cls: Any) -> Any:
     """A ``torch.autograd.Function`` whose backward uses the metric's symbolic partials;
     ``cls`` is the ``MetricLoss`` subclass holding the kernels."""
     sign = -1.0 if cls.higher_is_better else 1.0
-    twin = host_twin(cls.metric_and_coefficients)
+    twin = cls._host_coefficients
 
     class SymbolicMetric(torch.autograd.Function):
         @staticmethod
@@ -136,7 +138,7 @@ def symbolic_function(cls: Any) -> Any:
                 a = relax(s, *relax_args)
             ctx.in_dtype, ctx.pool, ctx.host = in_dtype, pool, None
             overwrite = a is not s and not soft_label
-            if twin is not None and pool is None and not soft_label and _host_row(a, y):
+            if twin is not None and pool is None and not soft_label and host_row(a, y):
                 sums = count_sums(a, y, w, overwrite)
                 tp, pp, pos, total = sums.view(-1).tolist()
                 out = host_values(twin, derive_counts(tp, pp, pos, total), eps)
