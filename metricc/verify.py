@@ -27,7 +27,7 @@ from .analyse import guard
 from .budget import PROOF_SECONDS, evaluate, evaluator, limit, spent
 from .errors import MetricError, MetricWarning, VerificationError
 from .parse import parse
-from .symbols import COUNTS, EPS, TO_POSITIVE
+from .symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE, TO_POSITIVE
 
 __all__ = ["Check", "VerificationReport", "symbolic_equal", "verify"]
 
@@ -176,10 +176,17 @@ def _symbolic_kernel_checks(metric: Metric, report: VerificationReport, seed: in
     value, g1, g0 = _run_symbolically(metric.kernels_source, "metric_and_coefficients",
                                       tp, fp, fn, tn, EPS)
     f = guard(metric.expr, EPS)
+    # Counts are nonnegative reals: differentiated as such, |TP - FP|' is sign(TP - FP)
+    # (over complex symbols it keeps Derivative(re(...)) terms that no evaluator prints).
+    f_nn = f.xreplace(TO_NONNEGATIVE)
+
+    def d(count: sympy.Symbol) -> sympy.Expr:
+        return sympy.diff(f_nn, TO_NONNEGATIVE[count]).xreplace(FROM_NONNEGATIVE)
+
     expected = {
         "generated metric_value == guarded metric": (value, f),
-        "generated g1 == d/dTP - d/dFN": (g1, sympy.diff(f, tp) - sympy.diff(f, fn)),
-        "generated g0 == d/dFP - d/dTN": (g0, sympy.diff(f, fp) - sympy.diff(f, tn)),
+        "generated g1 == d/dTP - d/dFN": (g1, d(tp) - d(fn)),
+        "generated g0 == d/dFP - d/dTN": (g0, d(fp) - d(tn)),
     }
     for name, (got, want) in expected.items():
         ok, how, cex = symbolic_equal(got, want, seed)

@@ -64,3 +64,13 @@ def test_verification_detects_a_wrong_kernel() -> None:
     assert m2._kernels_source != m.kernels_source
     with pytest.raises(metricc.VerificationError, match="generated g0"):
         m2.verify()
+
+
+@pytest.mark.parametrize("formula", ["abs(TP - FP) / (TP + FP + FN)", "abs(TP - FN)",
+                                     "sqrt(abs(TP*TN - FP*FN)) / (TP + FP + FN + TN)"])
+def test_formulas_with_abs_of_a_difference_verify(formula: str) -> None:
+    # The expected partials were taken over complex symbols: |TP - FP|' kept
+    # Derivative(re(TP - FP), TP) terms, and verify() crashed printing them.
+    report = metricc.compile(formula).verify()
+    assert report.ok and any(c.name.startswith("generated g1") for c in report.checks)
+
