@@ -27,7 +27,7 @@ from .analyse import guard
 from .budget import PROOF_SECONDS, evaluate, evaluator, limit, spent
 from .errors import MetricError, MetricWarning, VerificationError
 from .parse import parse
-from .symbols import COUNTS, EPS, TO_POSITIVE
+from .symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE, TO_POSITIVE
 
 __all__ = ["Check", "VerificationReport", "symbolic_equal", "verify"]
 
@@ -176,10 +176,17 @@ def _symbolic_kernel_checks(metric: Metric, report: VerificationReport, seed: in
     value, g1, g0 = _run_symbolically(metric.kernels_source, "metric_and_coefficients",
                                       tp, fp, fn, tn, EPS)
     f = guard(metric.expr, EPS)
+    # Counts are nonnegative reals: differentiated as such, |TP - FP|' is sign(TP - FP)
+    # (over complex symbols it keeps Derivative(re(...)) terms that no evaluator prints).
+    f_nn = f.xreplace(TO_NONNEGATIVE)
+
+    def d(count: sympy.Symbol) -> sympy.Expr:
+        return sympy.diff(f_nn, TO_NONNEGATIVE[count]).xreplace(FROM_NONNEGATIVE)
+
     expected = {
         "generated metric_value == guarded metric": (value, f),
-        "generated g1 == d/dTP - d/dFN": (g1, sympy.diff(f, tp) - sympy.diff(f, fn)),
-        "generated g0 == d/dFP - d/dTN": (g0, sympy.diff(f, fp) - sympy.diff(f, tn)),
+        "generated g1 == d/dTP - d/dFN": (g1, d(tp) - d(fn)),
+        "generated g0 == d/dFP - d/dTN": (g0, d(fp) - d(tn)),
     }
     for name, (got, want) in expected.items():
         ok, how, cex = symbolic_equal(got, want, seed)
@@ -475,6 +482,49 @@ def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size:
             f"float64, {size} elements")
 
 
+def _host_twin_check(metric: Metric, report: VerificationReport, seed: int,
+                     points: int = 40) -> None:
+    """The kernel's float twin (what a one-row loss runs on the CPU) == the tensor kernel,
+    at random and degenerate counts: equal where torch's values are finite, handing over
+    (``None``) where they are not."""
+    import math
+
+    import torch
+
+    from .runtime.symbolic import host_values
+
+    cls = type(metric.loss())
+    name = "float twin == tensor kernel (one-row losses on the CPU)"
+    twin = cls._host_coefficients
+    if twin is None:
+        report.checks.append(Check(name, True, "no twin (a function without a float "
+                                   "counterpart): the loss runs the tensor kernel"))
+        return
+    rng = random.Random(seed)
+    cases = [(0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 3.0, 5.0), (3.0, 0.0, 0.0, 5.0), (2.0, 1.0, 0.0, 0.0)]
+    cases += [tuple(float(rng.choice([0, rng.randint(1, 60), rng.random() * 1e4]))
+                    for _ in range(4)) for _ in range(points)]
+    for counts in cases:
+        for eps in (1e-7, 0.0):
+            want = [float(torch.zeros(1, dtype=torch.float64) + v) for v in
+                    cls.metric_and_coefficients(*(torch.tensor([c], dtype=torch.float64)
+                                                  for c in counts), eps)]
+            got = host_values(twin, counts, eps)
+            finite = all(math.isfinite(v) for v in want)
+            # The same operations in IEEE double; a power or exp may round differently in
+            # the last bit, which cancellation in a kernel can carry up to the output's
+            # small terms: so 1e-12 relative, or of the largest output.
+            tol = 1e-12 * max([abs(v) for v in want if math.isfinite(v)] + [1e-300])
+            ok = (got is None) if not finite else got is not None and all(
+                math.isclose(a, b, rel_tol=1e-12, abs_tol=tol)
+                for a, b in zip(got, want, strict=True))
+            if not ok:
+                report.checks.append(Check(name, False, f"twin {got} against {want} at eps={eps}",
+                                           dict(zip(("TP", "FP", "FN", "TN"), counts, strict=True))))
+                return
+    report.checks.append(Check(name, True, f"equal at {len(cases)} counts, eps 1e-7 and 0"))
+
+
 def _class_numeric_checks(metric: Metric, report: VerificationReport, seed: int,
                           temperature: float = 0.5) -> None:
     """Class-wise relaxations in multiclass losses, float64: symbolic backward = autograd of a
@@ -533,6 +583,7 @@ def verify(metric: Metric, derivatives: Mapping[str, str] | None = None, *, seed
         _symbolic_class_checks(report, seed)
     if numeric:
         _numeric_checks(metric, report, seed, size, amplifier)
+        _host_twin_check(metric, report, seed)
         _class_numeric_checks(metric, report, seed)
     if raise_on_failure and not report.ok:
         err = VerificationError(str(report))

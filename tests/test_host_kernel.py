@@ -49,8 +49,8 @@ def test_twin_equals_the_tensor_kernel(name: str, tp: float, fp: float, fn: floa
     want = _torch_values(kernel, (tp, fp, fn, tn), eps)
     got = host_values(host_twin(kernel), (tp, fp, fn, tn), eps)
     if all(math.isfinite(v) for v in want):
-        assert got is not None
-        assert got == pytest.approx(want, rel=1e-12, abs=1e-300)
+        assert got is not None  # last-bit differences (pow, exp) carried by cancellation:
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12 * max(map(abs, want)) + 1e-300)
     else:
         assert got is None  # the caller runs the tensor kernel: its inf or NaN
 

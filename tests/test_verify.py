@@ -64,3 +64,28 @@ def test_verification_detects_a_wrong_kernel() -> None:
     assert m2._kernels_source != m.kernels_source
     with pytest.raises(metricc.VerificationError, match="generated g0"):
         m2.verify()
+
+
+@pytest.mark.parametrize("formula", ["abs(TP - FP) / (TP + FP + FN)", "abs(TP - FN)",
+                                     "sqrt(abs(TP*TN - FP*FN)) / (TP + FP + FN + TN)"])
+def test_formulas_with_abs_of_a_difference_verify(formula: str) -> None:
+    # The expected partials were taken over complex symbols: |TP - FP|' kept
+    # Derivative(re(TP - FP), TP) terms, and verify() crashed printing them.
+    report = metricc.compile(formula).verify()
+    assert report.ok and any(c.name.startswith("generated g1") for c in report.checks)
+
+
+def test_verify_checks_the_float_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    from metricc.runtime import symbolic
+
+    report = metricc.compile("mcc").verify()
+    twin = [c for c in report.checks if c.name.startswith("float twin")]
+    assert len(twin) == 1 and twin[0].ok
+    # a wrong float function (sqrt rounded to 6 digits) is caught, with the counts
+    monkeypatch.setattr(symbolic.HOST_MATH, "sqrt", lambda x: round(x ** 0.5, 6))
+    with pytest.raises(metricc.VerificationError, match="float twin") as info:
+        metricc.compile("mcc").verify()
+    failures = {c.name: c for c in info.value.report.failures}
+    assert failures[twin[0].name].counterexample is not None
+    # the loss checks run the twin too (one row on the CPU), and catch it as well
+    assert any(name.startswith("anyloss/symbolic") for name in failures)
