@@ -80,6 +80,7 @@ class Metric:
         self._kernels_source: str | None = None
         self._loss_class: type[MetricLoss] | None = None
         self._check: CheckReport | None = None
+        self._plain: Metric | None = None  # with constraints: the objective alone
         #: How to compile this metric again: ``compile``'s arguments (see ``__reduce__``).
         self._spec: tuple[Any, ...] = (
             self.text, tuple(self.parameters.items()), higher_is_better,
@@ -497,10 +498,16 @@ class Metric:
         return ConstrainedLoss(objective, specs, **multiplier_options)
 
     def _objective(self) -> Metric:
-        """This metric without its constraints (sharing the generated kernels)."""
-        plain = Metric(self.formula, self.parameters, self.name, self.higher_is_better)
-        plain._loss_class, plain._kernels_source = self._loss_class, self._kernels_source
-        return plain
+        """This metric without its constraints (sharing the generated kernels).
+
+        Built once: each ``loss()`` would otherwise analyse the formula again and build
+        (and ``torch.compile`` trace) a loss class of its own.
+        """
+        if self._plain is None:
+            plain = Metric(self.formula, self.parameters, self.name, self.higher_is_better)
+            plain._loss_class, plain._kernels_source = self.loss_class, self.kernels_source
+            self._plain = plain
+        return self._plain
 
     def _verify_constraints(self, derivatives: Mapping[str, str] | None,
                             options: dict[str, Any]) -> VerificationReport:

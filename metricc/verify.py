@@ -493,7 +493,7 @@ def _host_twin_check(metric: Metric, report: VerificationReport, seed: int,
 
     from .runtime.symbolic import host_values
 
-    cls = type(metric.loss())
+    cls = type(metric.loss(warn_monotonicity=False))
     name = "float twin == tensor kernel (one-row losses on the CPU)"
     twin = cls._host_coefficients
     if twin is None:

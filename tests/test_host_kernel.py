@@ -226,10 +226,10 @@ def test_constrained_host_path_gives_the_tensor_paths_steps(
     monkeypatch.setattr(constrained, "host_values", counted)
     host = run()
     assert calls  # the host path ran
-    monkeypatch.setattr(loss_module, "host_twin", lambda kernel: None)  # classes built now
-    for c in m.loss().constraints:  # and the compiled constraints' classes
-        monkeypatch.setattr(c.kernels, "_host_value", None)
-        monkeypatch.setattr(c.kernels, "_host_coefficients", None)
+    built = m.loss()
+    for cls in (type(built.objective), *(c.kernels for c in built.constraints)):
+        monkeypatch.setattr(cls, "_host_value", None)
+        monkeypatch.setattr(cls, "_host_coefficients", None)
     calls.clear()
     tensor = run()
     assert not calls
