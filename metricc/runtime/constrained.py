@@ -25,23 +25,14 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import (
-    _counts,
-    _rows,
-    _to_input_dtype,
-    _wide,
-    count_sums,
-    derive_counts,
-    row_adjoint,
-    soft_counts,
-)
+from .counts import _counts, _host, _rows, _to_input_dtype, _wide, count_sums, derive_counts, soft_counts
 from .distributed import CountPool
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
 from .options import look_up_option
 from .relax import _relax_pair, relax
 from .sigmoids import stable_sigmoid
-from .symbolic import host_row, host_values
+from .symbolic import host_gradient, host_row, host_values
 
 MULTIPLIER_RATES = ("hard", "relaxed")
 
@@ -184,10 +175,7 @@ class _ConstrainedFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _counts_grad: Tensor) -> tuple[Tensor | None, ...]:
         if ctx.host is not None:
-            y, w, d = ctx.saved_tensors
-            g = float(grad)
-            grad_s = row_adjoint(y, w, d, g * ctx.host[0], g * ctx.host[1])
-            return _to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None
+            return host_gradient(ctx, grad), None, None, None, None, None
         y, w, d, c1, c0 = ctx.saved_tensors
         if ctx.pool is not None:
             grad = ctx.pool.sum_grad(grad)
@@ -346,7 +334,7 @@ class ConstrainedLoss(torch.nn.Module):
         """``(R, K)``: each constraint's metric at the pooled ``(R, 4)`` counts, exact
         (``eps = 0``): a constraint undefined there (recall with no positive) reads NaN
         (or inf) and leaves its multiplier alone."""
-        if pooled.shape[0] == 1 and pooled.device.type == "cpu" and not torch.compiler.is_compiling():
+        if pooled.shape[0] == 1 and _host(pooled):
             counts = tuple(pooled.view(-1).tolist())
             try:  # one row on the CPU: the kernels' float twins, as in the forward
                 values = [_kernel(c.kernels, counts, 0.0, False, True)[0]

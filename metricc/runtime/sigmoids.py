@@ -42,8 +42,7 @@ class _StableSigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
         a, z = ctx.saved_tensors
-        return torch.ops.aten.softplus_backward(grad * a, z, -1.0,
-                                                _SATURATION.get(z.dtype, 20.0))
+        return _times_sigmoid_neg(grad * a, z)
 
 
 #: Past this -z, sigmoid(-z) rounds to 1 (e^-20 < 2^-24, e^-40 < 2^-53); exp(-z) nears overflow.
@@ -61,8 +60,15 @@ def _sigmoid_pair(z: Tensor, overwrite: bool = True) -> tuple[Tensor, Tensor]:
     ([0.5, 1.0], 0.25, True)
     """
     a = torch.sigmoid(z)
+    return a, _times_sigmoid_neg(a, z, out=z if overwrite else None)
+
+
+def _times_sigmoid_neg(g: Tensor, z: Tensor, out: Tensor | None = None) -> Tensor:
+    """``g sigmoid(-z)`` in one pass, exact where ``sigmoid(z)`` rounds to 1: torch's
+    ``softplus_backward(g, z, beta=-1)`` is ``g e / (1 + e)`` with ``e = exp(-z)``, and
+    ``g`` itself past saturation (where ``exp(-z)`` would near overflow)."""
     f, sat = torch.ops.aten.softplus_backward, _SATURATION.get(z.dtype, 20.0)
-    return a, (f.grad_input(a, z, -1.0, sat, grad_input=z) if overwrite else f(a, z, -1.0, sat))
+    return f(g, z, -1.0, sat) if out is None else f.grad_input(g, z, -1.0, sat, grad_input=out)
 
 
 def _sigmoid_parts(m: Tensor) -> tuple[Tensor, Tensor]:

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from .counts import (
     _counts,
+    _host,
     _rows,
     _to_input_dtype,
     _wide,
@@ -100,8 +101,16 @@ def host_values(twin: Callable[..., Any], counts: tuple[float, ...], eps: float
 def host_row(a: Tensor, y: Tensor) -> bool:
     """One row of 0/1 (or soft) labels on the CPU in eager mode: reading its four sums as
     Python floats costs nothing (no device to sync, no graph being traced)."""
-    return (a.dim() == 2 and a.shape[0] == 1 and y.is_floating_point()
-            and a.device.type == "cpu" and not torch.compiler.is_compiling())
+    return a.dim() == 2 and a.shape[0] == 1 and y.is_floating_point() and _host(a)
+
+
+def host_gradient(ctx: Any, grad: Tensor) -> Tensor:
+    """The backward of a forward that took the host path: ``ctx.host`` holds the row's
+    ``(c1, c0)`` as numbers, ``y, w, d`` are saved; the gradient in the input's dtype."""
+    y, w, d = ctx.saved_tensors
+    g = float(grad)
+    return _to_input_dtype(row_adjoint(y, w, d, g * ctx.host[0], g * ctx.host[1]),
+                           ctx.in_dtype)
 
 
 def symbolic_function(cls: Any) -> Any:
@@ -140,8 +149,7 @@ def symbolic_function(cls: Any) -> Any:
             overwrite = a is not s and not soft_label
             if twin is not None and pool is None and not soft_label and host_row(a, y):
                 sums = count_sums(a, y, w, overwrite)
-                tp, pp, pos, total = sums.view(-1).tolist()
-                out = host_values(twin, derive_counts(tp, pp, pos, total), eps)
+                out = host_values(twin, derive_counts(*sums.view(-1).tolist()), eps)
                 if out is not None:
                     value, g1, g0 = out
                     ctx.host = (sign * k * g1, sign * k * g0)
@@ -177,10 +185,7 @@ def symbolic_function(cls: Any) -> Any:
         def backward(ctx: Any, grad: Tensor, _support_grad: Tensor | None = None
                      ) -> tuple[Tensor | None, ...]:
             if ctx.host is not None:  # one row on the CPU: plain-number coefficients
-                y, w, d = ctx.saved_tensors
-                g = float(grad)
-                grad_s = row_adjoint(y, w, d, g * ctx.host[0], g * ctx.host[1])
-                return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 10)
+                return (host_gradient(ctx, grad), *(None,) * 10)
             y, w, d, coef = ctx.saved_tensors
             if ctx.recompute is not None:  # d holds s (compiled): see the forward
                 d = _relax_pair_fused(d, *ctx.recompute)[1]
