@@ -6,7 +6,7 @@
 Each case runs in a fresh process (so imports and caches do not carry over) and
 prints the CPU time of each stage (``time.process_time``: robust to a busy
 machine, unlike wall time), or the MetricError that refused it. ``*`` marks a
-check() whose proofs stopped at the time budget (metricc.budget).
+check() whose proofs stopped at the time budget (metricc.analysis.budget).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Why K x K gradients are derived in index form: the cost of writing out the K^2 partials.
 
 Expands quadratic weighted kappa for a concrete K over symbols ``C_i_j``
-(:func:`metricc.matrix.expand`), differentiates it by every entry and runs ``sympy.cse`` on
+(:func:`metricc.analysis.matrix.expand`), differentiates it by every entry and runs ``sympy.cse`` on
 the K^2 partials, as a per-K scalar emitter would; then times metricc's index-form
 derivative, which is one expression for every K. ``docs/matrix.md`` quotes the figures.
 
@@ -21,7 +21,7 @@ import sympy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import metricc
-from metricc.matrix import expand, gradient
+from metricc.analysis.matrix import expand, gradient
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,9 +14,9 @@ from .errors import (
     UnknownNameError,
     VerificationError,
 )
+from .evaluate.threshold import ThresholdChoice, best_threshold
 from .library import METRICS, NamedMetric
 from .metric import Metric, compile
-from .threshold import ThresholdChoice, best_threshold
 
 __all__ = [
     "METRICS",

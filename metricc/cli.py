@@ -148,7 +148,7 @@ def cmd_grad(args: argparse.Namespace) -> int:
         return _matrix_grad(m, args.latex)
     import sympy
 
-    from .analyse import simplify
+    from .analysis.counts import simplify
 
     d = m.gradient
     g1, g0 = simplify(d["TP"] - d["FN"]), simplify(d["FP"] - d["TN"])
@@ -208,7 +208,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .standalone import emit_standalone
+    from .emit.standalone import emit_standalone
 
     m = _compile(args)
     options = {k: _option_value(v) for k, v in _pairs(args.option, "--option")}
@@ -217,7 +217,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if "relaxation" in options:
         raise UsageError("give the relaxation with --relaxation, not --option")
     if getattr(m, "is_matrix", False):
-        from .matrix_standalone import emit_matrix_standalone
+        from .emit.matrix_standalone import emit_matrix_standalone
 
         source = emit_matrix_standalone(m, args.name, args.relaxation or "softmax", **options)
     else:

@@ -25,8 +25,8 @@ from typing import Any
 import sympy
 
 from .errors import MetricError, MetricSyntaxError
-from .parse import Formula, ParsedConstraint, parse_constraint
-from .symbols import COUNTS
+from .language.parse import Formula, ParsedConstraint, parse_constraint
+from .language.symbols import COUNTS
 
 __all__ = ["Constraint", "ConstraintCheck", "ConstraintsCheckReport", "build_constraints",
            "check_constraint"]
@@ -156,7 +156,7 @@ class ConstraintCheck:
 
 
 def _direction(d: sympy.Expr) -> tuple[str, str]:
-    from .check import _positive, _sampled_direction, _sign
+    from .analysis.counts_check import _positive, _sampled_direction, _sign
 
     if d == 0:
         return "constant", "symbolic"
@@ -177,7 +177,7 @@ def _balances() -> list[tuple[float, float]]:
 
 def check_constraint(c: Constraint) -> ConstraintCheck:
     """:class:`ConstraintCheck` of ``c``: the directions along right moves and the best value."""
-    from .check import _positive, _sign
+    from .analysis.counts_check import _positive, _sign
 
     e = c.metric.expr
     grad = c.metric.gradient

@@ -17,21 +17,16 @@ from typing import TYPE_CHECKING, Any
 import sympy
 from sympy import Indexed, Sum
 
+from .analysis.matrix import gradient
+from .emit.matrix import emit_matrix_kernels
 from .errors import MetricError
-from .matrix import (
-    A,
-    B,
-    C,
-    MatrixFormula,
-    display,
-    emit_matrix_kernels,
-    gradient,
-)
-from .parse import parse
+from .language.matrix import MatrixFormula, display
+from .language.parse import parse
+from .language.symbols import A, B, C
 
 if TYPE_CHECKING:
     from .runtime.matrix import MatrixLoss
-    from .verify import VerificationReport
+    from .verify.counts import VerificationReport
 
 __all__ = ["MatrixCheckReport", "MatrixMetric", "matrix_parameter", "parse_index_formula"]
 
@@ -204,7 +199,7 @@ class MatrixMetric:
         if self._loss_class is None:
             import torch
 
-            from .emit import own_copy, remember_source
+            from .emit.loss_class import own_copy, remember_source
             from .runtime import matrix as matrix_runtime
             from .runtime.matrix import MatrixLoss
 
@@ -245,7 +240,7 @@ class MatrixMetric:
         """
         import inspect
 
-        from .parse import suggest
+        from .language.parse import suggest
 
         allowed = [p for p in inspect.signature(self.loss_class.__init__).parameters
                    if p != "self"]
@@ -375,8 +370,8 @@ class MatrixMetric:
 
     def verify(self, **options: Any) -> VerificationReport:
         """Prove the generated kernels against SymPy for small K, and compare the loss's
-        gradient with autograd and finite differences; see :mod:`metricc.matrix_verify`."""
-        from .matrix_verify import verify_matrix
+        gradient with autograd and finite differences; see :mod:`metricc.verify.matrix`."""
+        from .verify.matrix import verify_matrix
 
         return verify_matrix(self, **options)
 
@@ -394,7 +389,7 @@ class MatrixSingularity:
 
 
 def _singularities(expr: sympy.Expr) -> list[MatrixSingularity]:
-    from .matrix import _nonnegative, _positive_fallback
+    from .analysis.matrix import _nonnegative, _positive_fallback
 
     out: list[MatrixSingularity] = []
     seen: set[sympy.Expr] = set()

@@ -1,8 +1,8 @@
 """``metricc.compile``: the pipeline parse -> analyse -> emit -> run, behind one object.
 
-:class:`Metric` is a facade: the work is done by :mod:`metricc.parse`,
-:mod:`metricc.analyse`, :mod:`metricc.check`, :mod:`metricc.emit`,
-:mod:`metricc.score` and :mod:`metricc.verify` (``docs/architecture.md``).
+:class:`Metric` is a facade: the work is done by :mod:`metricc.language.parse`,
+:mod:`metricc.analysis.counts`, :mod:`metricc.analysis.counts_check`, :mod:`metricc.emit`,
+:mod:`metricc.evaluate.counts` and :mod:`metricc.verify` (``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING, Any
 
 import sympy
 
-from .analyse import Analysis, analyse
-from .budget import check_constants
-from .check import CheckReport, check
+from .analysis.counts import Analysis, analyse
+from .analysis.counts_check import CheckReport, check
 from .errors import MetricError, MetricWarning, MissingParameterError, suggest, suggest_all
+from .language.limits import check_constants
+from .language.matrix import MatrixFormula
+from .language.parse import Formula, check_single_identifier, known_names, parse, substitute
+from .language.symbols import COUNTS
 from .library import lookup, micro_tn_refusal
-from .matrix import MatrixFormula
-from .parse import Formula, check_single_identifier, known_names, parse, substitute
-from .symbols import COUNTS
-from .verify import VerificationReport, verify
+from .verify.counts import VerificationReport, verify
 
 if TYPE_CHECKING:
+    from .evaluate.stateful import StatefulMetric
+    from .evaluate.threshold import ThresholdChoice
     from .runtime.loss import MetricLoss
-    from .stateful import StatefulMetric
-    from .threshold import ThresholdChoice
 
 # emit (through SymPy's TorchPrinter) and score import torch: they are imported where
 # first needed, so that `metricc grad`/`metricc list` never load torch.
@@ -109,7 +109,7 @@ class Metric:
         if expr.has(sympy.I) or any(a.is_number and a.is_extended_real is False
                                     for a in sympy.preorder_traversal(expr)):
             raise MetricError(f"formula {self.text.strip()!r} is complex-valued")
-        from .domain import domain_problem
+        from .analysis.domain import domain_problem
 
         if (problem := domain_problem(expr)) is not None:
             # The loss would be NaN, with NaN gradients, wherever a batch lands there.
@@ -144,7 +144,7 @@ class Metric:
     def kernels_source(self) -> str:
         """The generated torch source of ``metric_value`` and ``metric_and_coefficients``."""
         if self._kernels_source is None:
-            from .emit import emit_kernels
+            from .emit.counts import emit_kernels
 
             self._kernels_source = emit_kernels(self.expr)
         return self._kernels_source
@@ -153,7 +153,7 @@ class Metric:
         """Where the metric is undefined, its monotonicity in each count and its range.
 
         Decided symbolically where SymPy can, else by sampling (each verdict says
-        which); see :func:`metricc.check.check`. Computed once per metric.
+        which); see :func:`metricc.analysis.counts_check.check`. Computed once per metric.
 
         >>> import metricc
         >>> r = metricc.compile("f1").check()
@@ -163,7 +163,7 @@ class Metric:
         FN + FP + 2*TP = 0  (0/0)
         """
         if self._check is None:
-            from .budget import limit
+            from .analysis.budget import limit
 
             # One budget for simplifying the partials and for the proofs on them.
             with limit(), _analysis_errors(self.text):
@@ -249,7 +249,7 @@ class Metric:
         ...                                 num_classes=3, average="micro")
         0.5
         """
-        from .score import score
+        from .evaluate.counts import score
 
         if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
             raise MetricError(micro_tn_refusal(self.name))
@@ -295,7 +295,7 @@ class Metric:
         if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
             raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
         try:
-            from .stateful import StatefulMetric
+            from .evaluate.stateful import StatefulMetric
         except ImportError as e:
             raise MetricError(f"Metric.metric() needs torchmetrics ({e}); install it with "
                               "pip install 'metricc[torchmetrics]'") from None
@@ -308,12 +308,12 @@ class Metric:
 
     def best_threshold(self, scores: Any, target: Any, *, zero_division: float | None = None,
                        constraints: Sequence[str] | None = None) -> ThresholdChoice:
-        """The threshold optimising this metric on held-out scores: :func:`metricc.threshold.best_threshold`.
+        """The threshold optimising this metric on held-out scores: :func:`metricc.evaluate.threshold.best_threshold`.
 
         Only thresholds meeting ``constraints`` (and the metric's own, when it was
         compiled with constraints) are candidates.
         """
-        from .threshold import best_threshold
+        from .evaluate.threshold import best_threshold
 
         return best_threshold(self, scores, target, zero_division=zero_division,
                               constraints=constraints)
@@ -325,7 +325,7 @@ class Metric:
     def loss_class(self) -> type[MetricLoss]:
         """The :class:`metricc.runtime.loss.MetricLoss` subclass holding the generated kernels."""
         if self._loss_class is None:
-            from .emit import build_loss_class
+            from .emit.loss_class import build_loss_class
 
             cls = build_loss_class(
                 self.kernels_source, self.name, self.text.strip(), self.expr,
@@ -384,7 +384,7 @@ class Metric:
         """
         if self.constraints:
             return self._constrained_loss(relaxation, warn_monotonicity, options)
-        from .emit import loss_parameters
+        from .emit.loss_class import loss_parameters
         from .runtime.options import check_flag
 
         check_flag("warn_monotonicity", warn_monotonicity)
@@ -514,7 +514,7 @@ class Metric:
         import dataclasses
 
         from .errors import VerificationError
-        from .verify import verify
+        from .verify.counts import verify
 
         raise_on_failure = options.pop("raise_on_failure", True)
         report = verify(self._objective(), derivatives=derivatives, raise_on_failure=False,

@@ -10,7 +10,7 @@ import pytest
 import sympy
 
 import metricc
-from metricc.check import DIRECTIONS, check
+from metricc.analysis.counts_check import DIRECTIONS, check
 from metricc.library import METRICS
 
 INC, DEC, CONST, MIXED = "increasing", "decreasing", "constant", "mixed"

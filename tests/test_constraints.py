@@ -370,7 +370,7 @@ def test_check_says_whether_each_constraint_can_be_met() -> None:
 
 
 def test_standalone_files_refuse_constraints_rather_than_drop_them() -> None:
-    from metricc.standalone import emit_standalone
+    from metricc.emit.standalone import emit_standalone
 
     with pytest.raises(metricc.MetricError, match="do not carry constraints"):
         emit_standalone(metricc.compile("precision subject to recall >= 0.9"))

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import metricc
-from metricc.parse import parse
+from metricc.language.parse import parse
 
 #: Strings per hypothesis example; each test runs ``max_examples`` examples.
 BATCH = 40

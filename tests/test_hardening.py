@@ -20,7 +20,8 @@ import sympy
 import torch
 
 import metricc
-from metricc.parse import MAX_ARGS, MAX_CALL_NESTING, MAX_TOKENS, parse
+from metricc.language.limits import MAX_ARGS, MAX_CALL_NESTING, MAX_TOKENS
+from metricc.language.parse import parse
 
 #: Seconds of CPU time for compile + check + loss + verify of any accepted formula.
 BUDGET = 10.0
@@ -115,7 +116,7 @@ def test_a_spent_budget_falls_back_to_sampling_and_says_so() -> None:
 
 def test_symbolic_equal_does_not_evaluate_rational_powers_exactly() -> None:
     # SymPy factors integers to evaluate Rational**Rational: this was a hang.
-    from metricc.verify import symbolic_equal
+    from metricc.verify.counts import symbolic_equal
 
     TP, FP = sympy.symbols("TP FP")
     e = (TP / (TP + FP)) ** (FP / (TP + FP + 3))
@@ -150,7 +151,7 @@ def test_nonnegative_bases_are_accepted(text: str) -> None:
 @pytest.mark.parametrize("name", ["super", "float", "isinstance", "bool", "dist", "MetricLoss",
                                   "metric_value", "x0", "torch"])
 def test_class_names_cannot_shadow_what_the_file_uses(name: str) -> None:
-    from metricc.standalone import emit_standalone
+    from metricc.emit.standalone import emit_standalone
 
     with pytest.raises(metricc.MetricError, match="choose another"):
         emit_standalone(metricc.compile("f1"), name)

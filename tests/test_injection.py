@@ -19,7 +19,8 @@ import sympy
 import torch
 
 import metricc
-from metricc.emit import MetricPrinter, emit_kernels
+from metricc.emit.counts import emit_kernels
+from metricc.emit.printer import MetricPrinter
 from metricc.library import METRICS
 
 #: Every name the emitter may write: kernel names, their arguments and outputs,

@@ -85,7 +85,7 @@ def reference_loss(name: str, x: torch.Tensor, y: torch.Tensor, *, relaxation: s
 # --- language ----------------------------------------------------------------------------------
 
 def test_grammar_documents_the_matrix_forms() -> None:
-    from metricc.parse import grammar_text
+    from metricc.language.parse import grammar_text
 
     text = grammar_text()
     assert '"[" args "]"' in text and "sum(i, j, expr)" in text and "row(i), col(j)" in text

@@ -16,12 +16,12 @@ import sympy
 import torch
 
 import metricc
-from metricc.analyse import guard
+from metricc.analysis.counts import guard
+from metricc.language.symbols import EPS
 from metricc.library import METRICS
 from metricc.runtime.counts import soft_counts
 from metricc.runtime.relax import relax_grad
 from metricc.runtime.sigmoids import stable_sigmoid
-from metricc.symbols import EPS
 
 NAMES = sorted(METRICS)
 #: (relaxation, options): the three relaxations; sigmoid acts on logits.

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import metricc
-from metricc.parse import parse
+from metricc.language.parse import parse
 
 TP, FP, FN, TN = sympy.symbols("TP FP FN TN")
 b = sympy.Symbol("b")

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import metricc
+from metricc.emit.standalone import default_class_name, emit_standalone
 from metricc.runtime.loss import MetricLoss
-from metricc.standalone import default_class_name, emit_standalone
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -195,7 +195,7 @@ def test_docstring_has_formula_simplified_form_and_partials() -> None:
 DETERMINISM = r'''
 import sys
 import metricc
-from metricc.standalone import emit_standalone
+from metricc.emit.standalone import emit_standalone
 for f in ("f1", "mcc", "prevalence_threshold", sys.argv[1]):
     sys.stdout.write(emit_standalone(metricc.compile(f), warn_monotonicity=False))
 '''

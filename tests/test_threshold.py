@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import metricc
 from metricc import MetricError
-from metricc.threshold import threshold_counts
+from metricc.evaluate.threshold import threshold_counts
 
 # Higher- and lower-is-better metrics, ratios, products, square roots, affine ones.
 NAMES = ("f1", "precision", "recall", "mcc", "accuracy", "balanced_accuracy", "jaccard",

@@ -2,7 +2,7 @@
 
 The class-presence test (:func:`predicted`) and the absent-class policy
 (:func:`class_average_weights`) are shared by the loss and the hard-label score
-(``metricc.score``), so both average the same classes: see ``docs/modes.md``.
+(``metricc.evaluate.counts``), so both average the same classes: see ``docs/modes.md``.
 """
 
 from __future__ import annotations

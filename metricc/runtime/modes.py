@@ -143,7 +143,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
 
     ``hard`` (the 0/1 predictions: probabilities ``>= threshold``, logits
     ``>= 0``, or the argmax in multiclass mode) is ``None`` unless ``need_hard``.
-    The loss and the hard-label score (``metricc.score``) both lay out their
+    The loss and the hard-label score (``metricc.evaluate.counts``) both lay out their
     batches here.
 
     ``labels_checked``: class indices are known to lie in ``[0, C)`` (validated),

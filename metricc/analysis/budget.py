@@ -1,7 +1,7 @@
 """Bounded analysis: time budgets for symbolic proofs and a safe high-precision evaluator.
 
 SymPy has no time limit of its own, and some inputs that pass the size limits
-of :mod:`metricc.parse` still make a proof run for minutes (the sign of the
+of :mod:`metricc.language.parse` still make a proof run for minutes (the sign of the
 partials of ``mcc^f1``, ``simplify`` on a difference of four named metrics).
 The analysis therefore checks a deadline (:func:`limit`, :func:`spent`)
 between SymPy calls and, once it has passed, gives the verdict it can reach without the proof (a sampled
@@ -32,17 +32,12 @@ import sympy
 from sympy.printing.lambdarepr import MpmathPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
-from .errors import MetricError
-
 __all__ = [
-    "MAX_EXPONENT",
     "PROOF_SECONDS",
-    "check_constants",
     "evaluate",
     "evaluator",
     "float_evaluator",
     "limit",
-    "log10_abs",
     "spent",
 ]
 
@@ -51,29 +46,6 @@ __all__ = [
 #: verdicts are deterministic; only which of them got a proof depends on the
 #: machine's speed, and each verdict says which it is.
 PROOF_SECONDS = 2.0
-
-#: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308).
-MAX_EXPONENT = 300
-
-
-def log10_abs(n: sympy.Number) -> float:
-    """``log10 |n|`` of a nonzero SymPy number, to within 1 (cheap for huge ints)."""
-    if n.is_Rational:
-        return (abs(int(n.p)).bit_length() - int(n.q).bit_length()) * math.log10(2)
-    return math.log10(abs(float(n))) if float(n) != 0 else -math.inf
-
-
-def check_constants(expr: sympy.Expr, what: str) -> None:
-    """Raise MetricError if a constant of ``expr`` is beyond 10^±MAX_EXPONENT.
-
-    For what SymPy derives from a formula: the derivative of
-    ``1e299*TP/(1e-299*FP + TP)`` holds 10^598, which no float can hold.
-    """
-    for n in expr.atoms(sympy.Number):
-        if n.is_finite and n != 0 and abs(log10_abs(n)) > MAX_EXPONENT:
-            raise MetricError(
-                f"{what} needs a constant near 10^{round(log10_abs(n))}, beyond "
-                f"10^±{MAX_EXPONENT}; write the formula with smaller constants")
 
 
 # exp/power arguments beyond this many e-folds are overflow: float64 ends at

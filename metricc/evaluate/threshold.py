@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .errors import MetricError
+from ..errors import MetricError
 
 __all__ = ["ThresholdChoice", "ThresholdCounts", "best_threshold", "threshold_counts"]
 

@@ -1,7 +1,7 @@
 """``Metric.check()``: where a metric is undefined, which way it moves, and its range.
 
 Decided symbolically where SymPy can, else by sampling at fixed points (each
-verdict says which). The proofs have a CPU-time budget (:mod:`metricc.budget`):
+verdict says which). The proofs have a CPU-time budget (:mod:`metricc.analysis.budget`):
 on a slow machine a verdict may be sampled where a fast one proves it. SymPy only.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import sympy
 
-from .analyse import Singularity, partials, singularities
+from ..errors import MetricError
+from ..language.symbols import COUNTS, TO_POSITIVE
 from .budget import evaluate, evaluator, float_evaluator, limit, spent
-from .errors import MetricError
-from .symbols import COUNTS, TO_POSITIVE
+from .counts import Singularity, partials, singularities
 
 __all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check"]
 
@@ -90,7 +90,7 @@ class CheckReport:
     upper: sympy.Expr | None
     sampled_range: tuple[float, float] | None
     higher_is_better: bool | None = None
-    #: The symbolic proofs ran out of time (:data:`metricc.budget.PROOF_SECONDS`);
+    #: The symbolic proofs ran out of time (:data:`metricc.analysis.budget.PROOF_SECONDS`);
     #: the verdicts they did not reach are sampled, and say so.
     budget_spent: bool = False
     #: How the metric moves along the changes a batch allows (see :data:`MOVES`): keys

@@ -23,11 +23,11 @@ from typing import Any, Protocol
 
 import sympy
 
-from .analyse import guard
-from .budget import PROOF_SECONDS, evaluate, evaluator, limit, spent
-from .errors import MetricError, MetricWarning, VerificationError
-from .parse import parse
-from .symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE, TO_POSITIVE
+from ..analysis.budget import PROOF_SECONDS, evaluate, evaluator, limit, spent
+from ..analysis.counts import guard
+from ..errors import MetricError, MetricWarning, VerificationError
+from ..language.parse import parse
+from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE, TO_POSITIVE
 
 __all__ = ["Check", "VerificationReport", "symbolic_equal", "verify"]
 
@@ -93,7 +93,7 @@ def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
     Evaluation to 30 digits at random rational points first (a cheap disproof
     with a counterexample), then a symbolic proof that ``a - b`` simplifies to 0,
     skipped for large differences and once the time budget
-    (:func:`metricc.budget.limit`) is spent: ``cancel`` on the partials of
+    (:func:`metricc.analysis.budget.limit`) is spent: ``cancel`` on the partials of
     ``min(mcc, f1, g_mean, cohen_kappa)`` alone took a minute.
     """
     base = a.xreplace(TO_POSITIVE)
@@ -201,7 +201,7 @@ class _Score(sympy.Symbol):
 
 def _relaxation_cases() -> Iterator[tuple[str, Any, bool]]:
     """``(name, relaxation, from_logits)`` for every registered relaxation and input kind."""
-    from .runtime.relax import RELAXATIONS
+    from ..runtime.relax import RELAXATIONS
 
     for name, r in RELAXATIONS.items():
         for from_logits in (False, True):
@@ -286,7 +286,7 @@ def _class_checks(seed: int, classes: int = 3) -> tuple[Check, ...]:
 
     They do not depend on the metric, so they run once per process (about 5 s).
     """
-    from .runtime.relax import RELAXATIONS
+    from ..runtime.relax import RELAXATIONS
 
     report = VerificationReport()
 
@@ -491,7 +491,7 @@ def _host_twin_check(metric: Metric, report: VerificationReport, seed: int,
 
     import torch
 
-    from .runtime.symbolic import host_values
+    from ..runtime.symbolic import host_values
 
     cls = type(metric.loss(warn_monotonicity=False))
     name = "float twin == tensor kernel (one-row losses on the CPU)"
@@ -532,7 +532,7 @@ def _class_numeric_checks(metric: Metric, report: VerificationReport, seed: int,
     finite differences."""
     import torch
 
-    from .runtime.relax import RELAXATIONS
+    from ..runtime.relax import RELAXATIONS
 
     gen = torch.Generator().manual_seed(seed)
     n, c, m = 2, 3, 2

@@ -24,15 +24,16 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .emit import KERNEL_NAMES, loss_parameters
-from .errors import MetricError
+from ..errors import MetricError
+from .counts import KERNEL_NAMES
+from .loss_class import loss_parameters
 
 if TYPE_CHECKING:
-    from .metric import Metric
+    from ..metric import Metric
 
 __all__ = ["SOURCES", "default_class_name", "emit_standalone", "runtime_source"]
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]
 #: The modules a standalone file is made of, in this order: each may import only
 #: torch, the standard library and the modules before it (those imports are dropped).
 SOURCES: tuple[tuple[str, Path], ...] = tuple(

@@ -44,3 +44,44 @@ FROM_POSITIVE: dict[sympy.Symbol, sympy.Symbol] = {v: k for k, v in TO_POSITIVE.
 TO_NONNEGATIVE: dict[sympy.Symbol, sympy.Symbol] = {
     s: sympy.Symbol(k, nonnegative=True) for k, s in COUNTS.items()}
 FROM_NONNEGATIVE: dict[sympy.Symbol, sympy.Symbol] = {v: k for k, v in TO_NONNEGATIVE.items()}
+
+
+# --- the K x K matrix --------------------------------------------------------------------
+
+from sympy import IndexedBase  # noqa: E402
+
+#: The confusion matrix: ``C[i, j]`` counts true class ``i`` predicted as ``j``.
+C = IndexedBase("C")
+#: The number of classes.
+K = sympy.Symbol("K", integer=True, positive=True)
+#: The free indices of the gradient ``d f / d C[a, b]``.
+A, B = sympy.symbols("a b", integer=True, nonnegative=True)
+
+#: Functions a matrix formula may call besides the 2x2 language's own.
+MATRIX_FUNCTIONS = ("sum", "row", "col", "present", "delta")
+
+
+class Present(sympy.Function):
+    """``present(x)``: 1 where ``x > 0``, else 0.
+
+    A step, flat wherever it is differentiable, so its derivative is taken as 0.
+    Applied to a row total it is exact for the loss too: a row of the soft
+    matrix sums ``w_n`` over the samples of that true class, whatever the
+    predictions, so it does not move during training.
+    """
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
+        if x.is_number and x.is_extended_real:
+            return sympy.S.One if x > 0 else sympy.S.Zero
+        return None
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        return sympy.S.Zero
+
+    def _eval_is_nonnegative(self) -> bool:
+        return True
+
+

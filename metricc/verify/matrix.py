@@ -18,15 +18,10 @@ from typing import Any
 
 import sympy
 
-from .errors import VerificationError
-from .matrix import EPS, expand, guard_matrix
-from .verify import (
-    Check,
-    VerificationReport,
-    _against_reference,
-    _ExactNumbers,
-    symbolic_equal,
-)
+from ..analysis.matrix import expand, guard_matrix
+from ..errors import VerificationError
+from ..language.symbols import EPS
+from .counts import Check, VerificationReport, _against_reference, _ExactNumbers, symbolic_equal
 
 #: A :class:`metricc.matrix_metric.MatrixMetric` (not imported: it imports this module).
 MatrixMetric = Any
@@ -75,7 +70,7 @@ def _object_namespace(k: int) -> dict[str, Any]:
         return np.vectorize(lambda a, b: sympy.Integer(int(a == b)), otypes=[object])(i, j)
 
     def present(x: Any) -> Any:
-        from .matrix import Present
+        from ..language.symbols import Present
 
         return vec(Present)(x)
 
@@ -228,7 +223,7 @@ def verify_matrix(metric: MatrixMetric, *, seed: int = 0, size: int = 24,
     True
     """
     if unused:
-        from .errors import MetricError
+        from ..errors import MetricError
 
         raise MetricError(f"verify() of a K x K metric takes no {', '.join(unused)}")
     report = VerificationReport()

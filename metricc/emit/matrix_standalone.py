@@ -1,6 +1,6 @@
 """Standalone files for K x K metrics: one torch-only module, as ``metricc compile`` writes.
 
-The runtime modules (:data:`metricc.standalone.SOURCES`, which include
+The runtime modules (:data:`metricc.emit.standalone.SOURCES`, which include
 :mod:`metricc.runtime.matrix`), the generated kernels and one small subclass of
 ``MatrixLoss``.
 User text reaches the file only as a ``repr()``-style string literal (the
@@ -13,7 +13,7 @@ import keyword
 import re
 from typing import TYPE_CHECKING, Any
 
-from .errors import MetricError
+from ..errors import MetricError
 from .matrix import MATRIX_KERNEL_NAMES
 from .standalone import (
     _LITERALS,
@@ -27,7 +27,7 @@ from .standalone import (
 )
 
 if TYPE_CHECKING:
-    from .matrix_metric import MatrixMetric
+    from ..matrix_metric import MatrixMetric
 
 __all__ = ["emit_matrix_standalone"]
 

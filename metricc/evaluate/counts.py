@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .errors import MetricError
-from .runtime.averages import class_average_weights, reduce_samples
-from .runtime.modes import _binary_validate, class_rows
-from .runtime.options import check_class_options, look_up_option, select_classes
+from ..errors import MetricError
+from ..runtime.averages import class_average_weights, reduce_samples
+from ..runtime.modes import _binary_validate, class_rows
+from ..runtime.options import check_class_options, look_up_option, select_classes
 
 __all__ = ["score", "score_classes"]
 

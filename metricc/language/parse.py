@@ -21,23 +21,24 @@ import lark
 import sympy
 from lark import Token
 
-from .budget import MAX_EXPONENT, check_constants
-from .budget import log10_abs as _log10_abs
-from .errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
-from .library import lookup, names
-from .matrix import (
-    MATRIX_FUNCTIONS,
-    ColTotal,
-    Delta,
-    Entry,
-    MatrixFormula,
-    PresentCall,
-    RowTotal,
-    SumOf,
-    is_matrix_expr,
+from ..errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
+from ..library import lookup, names
+from .limits import (
+    MAX_ARGS,
+    MAX_CALL_NESTING,
+    MAX_DEPTH,
+    MAX_EXPONENT,
+    MAX_LENGTH,
+    MAX_MINMAX_WORK,
+    MAX_NESTING,
+    MAX_NODES,
+    MAX_POWER,
+    MAX_TOKENS,
+    check_constants,
 )
-from .matrix_parse import resolve_matrix
-from .symbols import COUNTS, DERIVED
+from .limits import log10_abs as _log10_abs
+from .matrix import ColTotal, Delta, Entry, MatrixFormula, PresentCall, RowTotal, SumOf, is_matrix_expr, resolve_matrix
+from .symbols import COUNTS, DERIVED, MATRIX_FUNCTIONS
 
 __all__ = [
     "FUNCTIONS",
@@ -63,31 +64,6 @@ FUNCTIONS: dict[str, tuple[Any, int, int | None]] = {
     "max": (sympy.Max, 2, None),
 }
 
-MAX_LENGTH = 100_000
-#: Names, numbers and operators; counted before anything is parsed, so a huge
-#: formula is refused in milliseconds (one token builds about one node, see MAX_NODES).
-MAX_TOKENS = 10_000
-MAX_NESTING = 500
-#: Function calls inside function calls (``log(log(...))``): each level makes
-#: SymPy's recursive steps (printing, derivatives, assumptions) one level deeper.
-MAX_CALL_NESTING = 30
-#: Depth of the expression tree once bindings are substituted (the deepest named
-#: metric has 8), so no later recursive step meets Python's recursion limit.
-MAX_DEPTH = 60
-# Constants stay within 10**±MAX_EXPONENT (metricc.budget; floats reach 1e308), so neither
-# `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
-#: Largest |exponent| on a non-constant base: `(TP+1)^(10^6)` is no metric.
-MAX_POWER = 100
-#: Largest expression tree once bindings are substituted; the derivative of a
-#: chain `b = a*(a+1); c = b*(b+1); ...` doubles with each line.
-MAX_NODES = 2000
-#: Most arguments of one min()/max(): its derivative grows with the square of the
-#: count (each argument is compared with the min of the others): 8 took 11 s.
-MAX_ARGS = 6
-#: Largest (arguments - 1) * operations of one min()/max() once bindings are
-#: substituted: min(mcc, f1, g_mean, cohen_kappa) is about 300 and takes 6 s
-#: through compile, check, loss and verify; six named metrics took 12 s.
-MAX_MINMAX_WORK = 400
 
 
 def _number_problem(e: sympy.Expr) -> str | None:
@@ -222,7 +198,7 @@ def grammar_text() -> str:
     packaged = resources.files("metricc").joinpath("grammar/metric.lark")
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
-    checkout = Path(__file__).resolve().parent.parent / "grammar" / "metric.lark"
+    checkout = Path(__file__).resolve().parents[2] / "grammar" / "metric.lark"
     return checkout.read_text(encoding="utf-8")
 
 

@@ -1,7 +1,7 @@
 """Stage 2: simplify a metric, differentiate it, and find where it is undefined.
 
 Everything here is SymPy only (no torch, no lark), so ``metricc grad`` answers
-fast. :mod:`metricc.check` builds the report of ``Metric.check()`` on top of it.
+fast. :mod:`metricc.analysis.counts_check` builds the report of ``Metric.check()`` on top of it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from functools import cached_property
 
 import sympy
 
-from .budget import check_constants, spent
-from .symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
+from ..language.limits import check_constants
+from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
+from .budget import spent
 
 __all__ = [
     "EPS",
@@ -80,7 +81,7 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
     ``sympy.simplify`` takes seconds on MCC-like formulas; these rewrites take
     milliseconds and are exact, which is all the emitter and the reader need.
     Expressions too big to multiply out cheaply (:data:`MAX_EXPANSION`), or met
-    once the enclosing :func:`metricc.budget.limit` is spent, keep the form they have.
+    once the enclosing :func:`metricc.analysis.budget.limit` is spent, keep the form they have.
     """
     # Counts are nonnegative, so e.g. sqrt(TP**2) is TP; SymPy only uses that
     # with positive symbols, swapped in and out here.
@@ -186,7 +187,7 @@ def undefined_where(expr: sympy.Expr) -> list[sympy.Expr]:
     Denominators, log arguments and bases of negative powers, split into their
     factors; factors that cannot vanish for nonnegative counts (``TP + 1``) and
     roots of nonnegative expressions (``sqrt(TP)`` is 0 at 0, merely not
-    differentiable) are left out. :func:`metricc.check.check` says which kind each one is.
+    differentiable) are left out. :func:`metricc.analysis.counts_check.check` says which kind each one is.
 
     >>> undefined_where(sympy.sympify("TP/(TP+FP) + sqrt(TN)/(FN+1)"))
     [FP + TP]

@@ -1,36 +1,157 @@
-"""K x K formulas: the parser's placeholders resolved into index form (``metricc.matrix``).
+"""K x K formulas in the language: the parser's placeholders, index form and its display.
 
-Kept apart from :mod:`metricc.parse` so that the symbolic layer (:mod:`metricc.matrix`)
-needs no parser; the parser calls :func:`resolve_matrix` when a formula uses the matrix.
+The parser builds placeholders (:class:`Entry`, :class:`SumOf`, ...) while it reads a formula;
+:func:`resolve_matrix` turns them into *index form*: ``C[i, j]`` an :class:`sympy.Indexed` entry,
+``sum(i, ...)`` a :class:`sympy.Sum` over ``i = 0 .. K-1`` with ``K`` a symbol (``docs/matrix.md``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
-from sympy import IndexedBase, KroneckerDelta, Sum
+from sympy import Indexed, IndexedBase, KroneckerDelta, Sum
+from sympy.printing.str import StrPrinter
 
-from .errors import MetricError
-from .library import lookup
-from .matrix import (
-    MATRIX_FUNCTIONS,
-    C,
-    ColTotal,
-    Delta,
-    Entry,
-    K,
-    MatrixFormula,
-    Present,
-    PresentCall,
-    RowTotal,
-    SumOf,
-    share_sums,
-)
-from .symbols import COUNTS, DERIVED
+from ..errors import MetricError
+from ..library import lookup
+from .symbols import COUNTS, DERIVED, MATRIX_FUNCTIONS, C, K, Present
 
-__all__ = ["col_total", "resolve_matrix", "row_total", "total"]
+__all__ = ["PLACEHOLDERS", "MatrixFormula", "col_total", "display", "is_matrix_expr", "resolve_matrix",
+           "row_total", "share_sums", "total"]
+
+# --- placeholders the parser builds (resolved by resolve_matrix) --------------------------
+
+class Entry(sympy.Function):
+    """``BASE[i, j]`` as written: (base name, row index name, column index name)."""
+
+
+class SumOf(sympy.Function):
+    """``sum(i, j, body)`` as written: (body, index names...)."""
+
+
+class RowTotal(sympy.Function):
+    """``row(i)`` as written."""
+
+
+class ColTotal(sympy.Function):
+    """``col(j)`` as written."""
+
+
+class Delta(sympy.Function):
+    """``delta(i, j)`` as written."""
+
+
+class PresentCall(sympy.Function):
+    """``present(x)`` as written."""
+
+
+PLACEHOLDERS = (Entry, SumOf, RowTotal, ColTotal, Delta, PresentCall)
+
+
+def is_matrix_expr(expr: sympy.Expr) -> bool:
+    """Whether a parsed (unresolved) expression uses any matrix construct."""
+    return any(expr.has(p) for p in PLACEHOLDERS)
+
+
+@dataclass(frozen=True)
+class MatrixFormula:
+    """A parsed matrix formula: ``expr`` in index form over :data:`C` and :data:`K`.
+
+    ``parameters`` are scalar parameters, ``matrix_parameters`` the names of
+    ``K x K`` parameters (written ``W[i, j]``).
+    """
+
+    text: str
+    expr: sympy.Expr
+    parameters: tuple[str, ...]
+    matrix_parameters: tuple[str, ...]
+    defaults: dict[str, Any] = field(default_factory=dict)
+    #: Named metrics the formula uses (their parameter bounds apply).
+    metrics: tuple[str, ...] = ()
+
+
+# --- display --------------------------------------------------------------------------------
+
+class _MatrixStrPrinter(StrPrinter):
+    """Prints index form in the formula language: ``sum(i, ...)``, ``row(i)``, ``n``."""
+
+    def _print_Dummy(self, expr: sympy.Dummy) -> str:
+        return expr.name
+
+    def _print_Indexed(self, expr: Indexed) -> str:
+        return f"{expr.base}[{', '.join(self._print(i) for i in expr.indices)}]"
+
+    def _print_KroneckerDelta(self, expr: KroneckerDelta) -> str:
+        return f"delta({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_Present(self, expr: Present) -> str:
+        return f"present({self._print(expr.args[0])})"
+
+    def _print_Sum(self, expr: Sum) -> str:
+        body = expr.function
+        vars_ = [v for v, _, _ in expr.limits]
+        if isinstance(body, Indexed) and body.base == C:
+            i, j = body.indices
+            if vars_ == [j] and i not in vars_:
+                return f"row({self._print(i)})"
+            if vars_ == [i] and j not in vars_:
+                return f"col({self._print(j)})"
+            if set(vars_) == {i, j} and i != j:
+                return "n"
+        return f"sum({', '.join(self._print(v) for v in vars_)}, {self._print(body)})"
+
+
+def display(expr: sympy.Expr) -> str:
+    """``expr`` in the formula language.
+
+    >>> import metricc
+    >>> display(metricc.compile("sum(i, C[i,i]) / n").expr)
+    'sum(i, C[i, i])/n'
+    """
+    return _MatrixStrPrinter({"order": "none"}).doprint(expr)
+
+
+def ordered_dummies(exprs: Iterable[sympy.Expr]) -> list[sympy.Symbol]:
+    seen: dict[sympy.Symbol, None] = {}
+    for e in exprs:
+        for node in sympy.preorder_traversal(e):
+            if isinstance(node, Sum):
+                for v, _, _ in node.limits:
+                    seen.setdefault(v, None)
+    return list(seen)
+
+
+def share_sums(exprs: list[sympy.Expr]) -> list[sympy.Expr]:
+    """Make sums that differ only in the names of their indices one object.
+
+    ``n`` written three times holds three sets of fresh indices; once they are
+    one object, ``cse`` computes it once.
+    """
+    canon: dict[sympy.Expr, sympy.Expr] = {}
+    memo: dict[sympy.Expr, sympy.Expr] = {}
+
+    def visit(e: sympy.Expr) -> sympy.Expr:
+        if not e.args or isinstance(e, Indexed):
+            return e
+        if e in memo:
+            return memo[e]
+        args = [visit(a) for a in e.args]
+        out = e.func(*args) if args != list(e.args) else e
+        if isinstance(out, Sum):
+            bound = [v for v, _, _ in out.limits]
+            key = out.xreplace({v: sympy.Symbol(f"_bound{n}") for n, v in enumerate(bound)})
+            out = canon.setdefault(key, out)
+        memo[e] = out
+        return out
+
+    return [visit(e) for e in exprs]
+
+
+
+
 
 
 def _index_symbol(name: str) -> sympy.Dummy:

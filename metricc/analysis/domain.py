@@ -27,8 +27,8 @@ from typing import Any
 
 import sympy
 
+from ..language.symbols import COUNTS, TO_POSITIVE
 from .budget import evaluate, evaluator, float_evaluator
-from .symbols import COUNTS, TO_POSITIVE
 
 __all__ = ["domain_problem"]
 

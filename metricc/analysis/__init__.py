@@ -1,0 +1,1 @@
+"""Stage 2, analysis: simplification, derivatives, guards, where a metric is undefined, and checks."""

@@ -1,0 +1,98 @@
+"""Stage 3: SymPy -> PyTorch source, and the loss class that runs it.
+
+Only validated SymPy trees reach this module; the source it writes names
+nothing from the user's text (parameters were substituted by numbers, and the
+only variables are ``TP FP FN TN eps`` and the ``x0, x1, ...`` of ``sympy.cse``).
+:func:`build_loss_class` executes that source (and nothing else) into a
+subclass of :class:`metricc.runtime.loss.MetricLoss`.
+"""
+
+
+from __future__ import annotations
+
+import textwrap
+
+import sympy
+
+from ..analysis.counts import backward_coefficients, guard
+from ..errors import MetricError
+from ..language.limits import check_constants
+from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
+from .printer import MetricPrinter
+
+KERNEL_NAMES = ("metric_value", "metric_and_coefficients")
+_ALLOWED_NAMES = {*COUNTS, "eps"}
+
+
+def _check_emittable(exprs: list[sympy.Expr]) -> None:
+    for e in exprs:
+        extra = {s.name for s in e.free_symbols} - _ALLOWED_NAMES
+        if extra:
+            raise MetricError(
+                "cannot generate code: the formula still has free parameters "
+                f"{sorted(extra)}; give each a value"
+            )
+        if e.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+            raise MetricError("cannot generate code: the formula is infinite or undefined everywhere")
+
+
+def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str:
+    printer = MetricPrinter()
+    exprs = [e for _, e in outputs]
+    _check_emittable(exprs)
+    temps, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols("x"), optimizations="basic")
+    # Constant temporaries (x0 = sqrt(2)) go back inline: printed as numbers they stay
+    # Python floats, and torch functions or min/max applied to a float would fail.
+    constants: dict[sympy.Symbol, sympy.Expr] = {}
+    kept = []
+    for sym, e in temps:
+        e = e.xreplace(constants)
+        if e.free_symbols:
+            kept.append((sym, e))
+        else:
+            constants[sym] = e
+    temps, reduced = kept, [e.xreplace(constants) for e in reduced]
+    for e in [*(t for _, t in temps), *reduced]:
+        # cse multiplies constants out: 1e299*TP/(1e-299*FP + TP) needs 1e598.
+        check_constants(e, "the generated code for the formula and its derivative")
+    lines = [f"def {name}(TP, FP, FN, TN, eps):", f'    """{doc}"""']
+    for sym, e in temps:
+        lines.append(f"    {sym} = {printer.doprint(e)}")
+    names = []
+    for (out, _), e in zip(outputs, reduced, strict=False):
+        code = printer.doprint(e)
+        if not any(s.name in COUNTS or s.name.startswith("x") for s in e.free_symbols):
+            # A constant (e.g. 0 for a count the metric ignores) must still be a tensor.
+            code = f"torch.zeros_like(TP) + {code}"
+        lines.append(f"    {out} = {code}")
+        names.append(out)
+    lines.append(f"    return {', '.join(names)}")
+    return "\n".join(lines) + "\n"
+
+
+def emit_kernels(expr: sympy.Expr) -> str:
+    """Torch source of the two kernels for a metric over ``TP FP FN TN``.
+
+    ``metric_value(TP, FP, FN, TN, eps)`` is the metric with ``eps`` added to
+    every denominator, root and log (see :func:`metricc.analysis.counts.guard`);
+    ``metric_and_coefficients`` also returns ``g1 = f_TP - f_FN`` and
+    ``g0 = f_FP - f_TN`` of that same guarded metric, which is all the backward
+    pass needs.
+
+    >>> print(emit_kernels(sympy.sympify("TP/(TP+FP)")).splitlines()[0])
+    def metric_value(TP, FP, FN, TN, eps):
+    """
+    # Differentiate with nonnegative counts, so |x|' is sign(x), not re/im terms.
+    guarded = guard(expr.xreplace(TO_NONNEGATIVE), EPS)
+    g1, g0 = (g.xreplace(FROM_NONNEGATIVE) for g in backward_coefficients(guarded,
+                                                                          TO_NONNEGATIVE))
+    guarded = guarded.xreplace(FROM_NONNEGATIVE)
+    value = _function(KERNEL_NAMES[0], "The metric, guarded by eps.", [("value", guarded)])
+    both = _function(
+        KERNEL_NAMES[1],
+        "The metric and its backward coefficients g1 = f_TP - f_FN, g0 = f_FP - f_TN.",
+        [("value", guarded), ("g1", g1), ("g0", g0)],
+    )
+    return textwrap.dedent(value) + "\n\n" + both
+
+

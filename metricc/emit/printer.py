@@ -1,0 +1,128 @@
+"""The printer of generated code: SymPy -> torch source text, validated names and literals only."""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from typing import Any
+
+import sympy
+from sympy.printing.pytorch import TorchPrinter
+
+from ..errors import MetricError
+from ..language.symbols import COUNTS
+
+
+class MetricPrinter(TorchPrinter):
+    """TorchPrinter with readable powers and elementwise min/max on tensors.
+
+    One ``_print_X`` per node SymPy may produce for a metric or its derivative where
+    TorchPrinter's own does not fit (``abs`` and ``sign`` are TorchPrinter's).
+    """
+
+    def __init__(self) -> None:
+        super().__init__({"fully_qualified_modules": True, "strict": True})
+
+    def _print_Pow(self, expr: sympy.Pow) -> str:
+        base, exp = expr.args
+        if exp == sympy.S.Half:
+            return f"torch.sqrt({self._print(base)})"
+        if exp == -sympy.S.Half:
+            return f"torch.rsqrt({self._print(base)})"
+        b = self.parenthesize(base, sympy.printing.precedence.PRECEDENCE["Pow"])
+        if exp == -1:
+            return f"1/{b}"
+        if exp.is_Integer and exp > 0:
+            return f"{b}**{exp}"
+        return f"{b}**({self._print(exp)})"
+
+    def _print(self, expr: Any, **kwargs: Any) -> str:
+        if isinstance(expr, sympy.Expr) and expr.is_number and not expr.is_Rational:
+            return self._constant(expr)
+        return super()._print(expr, **kwargs)
+
+    def _constant(self, expr: sympy.Expr) -> str:
+        """A constant such as sqrt(2), exp(1/2), log(2): exact where Python can say it.
+
+        ``torch.sqrt(2)`` fails (torch functions take tensors), so constants are
+        Python arithmetic, with exp/log acting on ``torch.zeros_like(TP) + c``;
+        both stay exact when ``metricc.verify`` runs the code on SymPy numbers.
+        """
+        _float_literal(expr)  # refuses complex and infinite constants
+
+        def const(e: sympy.Expr) -> str:
+            if e.is_Rational:
+                return f"({super(MetricPrinter, self)._print(e)})"
+            if isinstance(e, sympy.Add):
+                return "(" + " + ".join(const(a) for a in e.args) + ")"
+            if isinstance(e, sympy.Mul):
+                return "(" + "*".join(const(a) for a in e.args) + ")"
+            if isinstance(e, sympy.Pow):
+                return f"({const(e.base)}**{const(e.exp)})"
+            if e is sympy.E:
+                return "torch.exp(torch.zeros_like(TP) + 1)"
+            if isinstance(e, (sympy.exp, sympy.log)):
+                name = "exp" if isinstance(e, sympy.exp) else "log"
+                return f"torch.{name}(torch.zeros_like(TP) + {const(e.args[0])})"
+            return _float_literal(e)
+
+        return const(expr)
+
+    def _print_Integer(self, expr: sympy.Integer) -> str:
+        # Past 2**53 a Python int no longer converts exactly, and past 2**63 torch
+        # refuses to multiply a tensor by it.
+        return str(int(expr)) if abs(expr) <= 2**53 else _float_literal(expr)
+
+    def _print_Rational(self, expr: sympy.Rational) -> str:
+        if abs(expr.p) <= 2**53 and expr.q <= 2**53:
+            return f"{expr.p}/{expr.q}"
+        return _float_literal(expr)
+
+    def _print_Float(self, expr: sympy.Float) -> str:
+        return _float_literal(expr)
+
+    def _minmax(self, expr: sympy.Expr, fold: str, clamp: str) -> str:
+        numbers = [a for a in expr.args if a.is_number]
+        # torch.minimum/maximum take tensors only: an operand without a count
+        # (a cse temporary may be a Python float) is lifted to one.
+        others = [self._print(a) if any(s.name in COUNTS for s in a.free_symbols)
+                  else f"(torch.zeros_like(TP) + {self._print(a)})"
+                  for a in expr.args if not a.is_number]
+        out = others[0]
+        for o in others[1:]:
+            out = f"{fold}({out}, {o})"
+        if numbers:
+            bound = max(numbers) if fold == "torch.maximum" else min(numbers)
+            out = f"torch.clamp({out}, {clamp}={float(bound)!r})"
+        return out
+
+    def _print_Max(self, expr: sympy.Max) -> str:
+        return self._minmax(expr, "torch.maximum", "min")
+
+    def _print_Min(self, expr: sympy.Min) -> str:
+        return self._minmax(expr, "torch.minimum", "max")
+
+    def _print_Heaviside(self, expr: sympy.Heaviside) -> str:
+        # H(0) = 1/2, the subgradient midpoint, as SymPy's default.
+        return f"((torch.sign({self._print(expr.args[0])}) + 1)/2)"
+
+    def _print_Symbol(self, expr: sympy.Symbol) -> str:
+        name = expr.name
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
+            raise MetricError(f"internal: refusing to emit symbol {name!r}")
+        return name
+
+
+def _float_literal(expr: sympy.Expr) -> str:
+    """``repr`` of a constant as a Python float; refuses complex and infinite values."""
+    try:
+        value = complex(expr)
+    except (TypeError, ValueError, OverflowError):
+        raise MetricError(f"cannot generate code: the constant {expr} is not a number") from None
+    if value.imag != 0:
+        raise MetricError(f"cannot generate code: the formula is complex-valued ({expr})")
+    if not math.isfinite(value.real):
+        raise MetricError(f"cannot generate code: the constant {expr} overflows a float")
+    return repr(value.real)
+

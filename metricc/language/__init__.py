@@ -1,0 +1,1 @@
+"""Stage 1, the language: formula text -> SymPy (the grammar, the names of each statistic, size limits)."""
