@@ -186,8 +186,9 @@ def critical_count(n: Any, bound: float, alpha: Any, lower: bool = True) -> np.n
     45
     """
     n, alpha = np.broadcast_arrays(np.asarray(n, np.float64), np.asarray(alpha, np.float64))
-    pairs, inverse = np.unique(np.stack([n.ravel(), alpha.ravel()]), axis=1, return_inverse=True)
-    nn, aa = pairs
+    # distinct (n, alpha) pairs as complex numbers: a plain sort, not a lexsort of rows
+    pairs, inverse = np.unique(n.ravel() + 1j * alpha.ravel(), return_inverse=True)
+    nn, aa = pairs.real.copy(), pairs.imag.copy()
     lo, hi = np.zeros_like(nn), nn + 1.0  # lower: answer in [lo, hi], hi meaning "none"
     if not lower:
         lo, hi = -1.0 * np.ones_like(nn), nn  # upper: answer in [lo, hi], lo meaning "none"
