@@ -36,17 +36,28 @@ def test_beta_quantile_equals_scipy_for_real_parameters(q, a, b):
     assert conf.beta_ppf(q, a, b) == pytest.approx(stats.beta.ppf(q, a, b), rel=1e-10, abs=1e-14)
 
 
-@settings(max_examples=40, deadline=None)
-@given(a=st.floats(0.5, 5000), b=st.floats(0.5, 5000), x=st.floats(0, 1))
-def test_incomplete_beta_equals_mpmath_and_scipy(a, b, x):
+@settings(max_examples=30, deadline=None)
+@given(a=st.floats(0.5, 500), b=st.floats(0.5, 500), x=st.floats(0, 1))
+def test_incomplete_beta_equals_mpmath(a, b, x):
     import mpmath
 
-    with mpmath.workdps(40):  # the reference: scipy itself is off near x = 1 (a = b = 0.5)
+    with mpmath.workdps(40):  # the reference near x = 1, where scipy is off (a = b = 0.5)
         want = float(mpmath.betainc(a, b, 0, x, regularized=True))
-    got = float(conf.betainc(a, b, x))
-    assert got == pytest.approx(want, rel=1e-9, abs=1e-11)
-    if 1e-12 < x < 1 - 1e-12:
-        assert got == pytest.approx(special.betainc(a, b, x), rel=1e-9, abs=1e-11)
+    assert float(conf.betainc(a, b, x)) == pytest.approx(want, rel=1e-9, abs=1e-11)
+
+
+@settings(max_examples=30, deadline=None)
+@given(a=st.floats(0.5, 5000), b=st.floats(0.5, 5000), x=st.floats(1e-12, 1 - 1e-12))
+def test_incomplete_beta_equals_scipy(a, b, x):
+    assert float(conf.betainc(a, b, x)) == pytest.approx(special.betainc(a, b, x), rel=1e-9,
+                                                         abs=1e-11)
+
+
+@pytest.mark.parametrize(("k", "n"), [(1, 100_000), (80_000, 100_000), (99_999, 100_000)])
+def test_bounds_for_large_counts_equal_scipy(k, n):
+    """Above a + b = 1000 the float64 quantile stands (mpmath would be slow)."""
+    assert conf.lower_bound(k, n, 0.05) == pytest.approx(stats.beta.ppf(0.05, k, n - k + 1), rel=1e-9)
+    assert conf.upper_bound(k, n, 0.05) == pytest.approx(stats.beta.ppf(0.95, k + 1, n - k), rel=1e-9)
 
 
 def test_bound_edge_cases():
@@ -301,3 +312,23 @@ def test_precision_holds_on_new_data_with_bonferroni():
     assert out["certified"][found].mean() >= c - 3 * math.sqrt(c * (1 - c) / draws)
     assert out["plain"].mean() < 0.7
     print(f"precision coverage {out['certified'][found].mean():.3f} (plain {out['plain'].mean():.3f})")
+
+
+def test_bonferroni_tests_at_most_max_tests_evenly_spaced_thresholds():
+    rng = np.random.default_rng(11)
+    y = (rng.random(5000) < 0.4).astype(int)
+    s = rng.normal(2.0 * y, 1.0)  # 5000 distinct scores: 5000 defined candidates for precision
+    got = metricc.compile("recall").best_threshold(s, y, constraints=["precision >= 0.8"],
+                                                   confidence=0.9)
+    rank = int(np.sum(s >= got.threshold))  # the chosen threshold is the rank-th highest score
+    stride = math.ceil(5000 / conf.MAX_TESTS)
+    assert (rank - 1) % stride == 0  # only every stride-th candidate was tested
+    tested = math.ceil(5000 / stride)
+    k = int(np.sum((s >= got.threshold) & (y == 1)))
+    assert got.bounds["precision >= 0.8"] == pytest.approx(
+        stats.beta.ppf(0.1 / tested, k, rank - k + 1), rel=1e-10)
+    assert got.bounds["precision >= 0.8"] >= 0.8
+    with pytest.raises(MetricError, match=r"needs at least 303 predicted positives even at a perfect "
+                                          r"rate \(there are 316: the rate itself falls short\)"):
+        metricc.compile("recall").best_threshold(s, y, constraints=["precision >= 0.97"],
+                                                 confidence=0.9)

@@ -19,13 +19,17 @@ is kept at ``alpha = 1 - confidence`` (Learn-then-Test, Angelopoulos et al. 2021
   thresholds as the plain scan of the bound;
 - any other rate (precision, NPV, FDR, accuracy: its elements or its direction
   change with ``t``) is Bonferroni-corrected over the ``M`` candidate thresholds
-  where it is defined: each is tested at ``alpha / (J M)``.
+  where it is defined: each is tested at ``alpha / (J M)``. Beyond ``MAX_TESTS``
+  candidates only that many, evenly spaced in rank (chosen from the scores, not
+  the labels), are tested: Bonferroni pays for every test.
 
 Decisions compare ``P(Binomial(n, bound) >= k)`` (or ``<= k``) with the level,
 which is equivalent to comparing the Clopper-Pearson bound with ``bound``; the
 binomial tails are regularised incomplete beta functions evaluated in float64 by
 a continued fraction (:func:`betainc`). The bounds reported are quantiles found
 by bisection on ``mpmath.betainc`` (:func:`beta_ppf`). No scipy.
+
+The beta and binomial functions are in :mod:`.clopper_pearson`.
 
 >>> round(lower_bound(45, 50, 0.1), 6)   # 45 of 50 positives found, confidence 0.9
 0.822382
@@ -34,6 +38,7 @@ by bisection on ``mpmath.betainc`` (:func:`beta_ppf`). No scipy.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +48,7 @@ import sympy
 
 from ..errors import MetricError
 from ..symbols import COUNTS
+from .clopper_pearson import beta_ppf, betainc, critical_count, lower_bound, tail, upper_bound
 
 __all__ = ["RateConstraint", "beta_ppf", "betainc", "bounds_at", "certified_thresholds", "certify",
            "check_confidence",
@@ -51,6 +57,8 @@ __all__ = ["RateConstraint", "beta_ppf", "betainc", "bounds_at", "certified_thre
 _NAMES = tuple(COUNTS)  # ("TP", "FP", "FN", "TN")
 # As the threshold falls, TP and FP grow and FN and TN shrink.
 _RISES = {"TP": 1, "FP": 1, "FN": -1, "TN": -1}
+#: the most thresholds a non-monotone rate is tested at (evenly spaced): Bonferroni pays for each
+MAX_TESTS = 1000
 _ELEMENTS = {("FN", "TP"): "positives", ("FP", "TN"): "negatives",
              ("FP", "TP"): "predicted positives", ("FN", "TN"): "predicted negatives",
              ("FN", "FP", "TN", "TP"): "elements"}
@@ -58,154 +66,12 @@ _ELEMENTS = {("FN", "TP"): "positives", ("FP", "TN"): "negatives",
 
 def check_confidence(confidence: Any) -> float:
     """``confidence`` as a float strictly between 0 and 1, else a :class:`MetricError`."""
-    if (isinstance(confidence, bool) or not isinstance(confidence, (int, float))
+    if (isinstance(confidence, bool) or not isinstance(confidence, numbers.Real)
             or not 0.0 < float(confidence) < 1.0):
         raise MetricError(f"confidence must be a number strictly between 0 and 1 (e.g. 0.9: "
                           f"the constraints hold on new data with probability 0.9), got "
                           f"{confidence!r}")
     return float(confidence)
-
-
-# ----------------------------------------------------------------------------- beta
-def betainc(a: Any, b: Any, x: Any) -> np.ndarray:
-    """The regularised incomplete beta function ``I_x(a, b)``, vectorised, float64.
-
-    Lentz's continued fraction (Numerical Recipes 6.4), on the side of
-    ``(a + 1) / (a + b + 2)`` where it converges fast. ``a, b > 0``.
-
-    >>> float(betainc(2.0, 3.0, 0.5))   # 11/16
-    0.6875
-    """
-    a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, x)))
-    out = np.where(x <= 0.0, 0.0, 1.0)
-    inside = (x > 0.0) & (x < 1.0)
-    if not inside.any():
-        return out
-    a, b, x = a[inside], b[inside], x[inside]
-    lgamma = np.frompyfunc(math.lgamma, 1, 1)
-    log_front = (lgamma(a + b) - lgamma(a) - lgamma(b)).astype(np.float64)
-    log_front += a * np.log(x) + b * np.log1p(-x)
-    swap = x >= (a + 1.0) / (a + b + 2.0)
-    aa, bb, xx = np.where(swap, b, a), np.where(swap, a, b), np.where(swap, 1.0 - x, x)
-    cf = np.exp(log_front) * _continued_fraction(aa, bb, xx) / aa
-    out[inside] = np.where(swap, 1.0 - cf, cf)
-    return out
-
-
-def _continued_fraction(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    tiny, eps = 1e-300, 1e-15
-
-    def guard(v: np.ndarray) -> np.ndarray:
-        return np.where(np.abs(v) < tiny, tiny, v)
-
-    c = np.ones_like(x)
-    d = 1.0 / guard(1.0 - (a + b) * x / (a + 1.0))
-    h = d.copy()
-    live = np.ones(x.shape, dtype=bool)
-    # Convergence takes O(sqrt(max(a, b))) terms.
-    for m in range(1, 20 * int(math.sqrt(float(np.max(np.maximum(a, b))))) + 200):
-        m2 = 2.0 * m
-        num = m * (b - m) * x / ((a - 1.0 + m2) * (a + m2))
-        d = 1.0 / guard(1.0 + num * d)
-        c = guard(1.0 + num / c)
-        h = np.where(live, h * d * c, h)
-        num = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1.0 + m2))
-        d = 1.0 / guard(1.0 + num * d)
-        c = guard(1.0 + num / c)
-        step = d * c
-        h = np.where(live, h * step, h)
-        live &= np.abs(step - 1.0) > eps
-        if not live.any():
-            return h
-    raise MetricError("the incomplete beta function did not converge; please report the counts")
-
-
-def beta_ppf(q: float, a: float, b: float) -> float:
-    """The ``q`` quantile of ``Beta(a, b)``: ``mpmath.betainc`` inverted to float precision.
-
-    Newton steps on the CDF (its derivative is the beta density), each kept inside a
-    bisection bracket, so that it converges in a few steps and cannot leave ``[0, 1]``.
-
-    >>> beta_ppf(0.5, 1.0, 1.0)
-    0.5
-    """
-    import mpmath
-
-    if not 0.0 <= q <= 1.0 or not (a > 0 and b > 0):
-        raise MetricError(f"beta_ppf needs 0 <= q <= 1 and a, b > 0, got q={q}, a={a}, b={b}")
-    if q in (0.0, 1.0):
-        return float(q)
-    with mpmath.workdps(30):
-        qq, aa, bb = mpmath.mpf(q), mpmath.mpf(a), mpmath.mpf(b)
-        log_norm = mpmath.log(mpmath.beta(aa, bb))
-        lo, hi = mpmath.mpf(0), mpmath.mpf(1)
-        x = aa / (aa + bb)
-        for _ in range(1100):  # bisection alone reaches 1e-310 in 1030 halvings
-            f = mpmath.betainc(aa, bb, 0, x, regularized=True) - qq
-            if f < 0:
-                lo = x
-            else:
-                hi = x
-            density = mpmath.exp((aa - 1) * mpmath.log(x) + (bb - 1) * mpmath.log1p(-x) - log_norm)
-            step = f / density if density > 0 else mpmath.mpf(0)
-            new = x - step
-            if not lo < new < hi or density == 0:
-                new = (lo + hi) / 2
-            if (abs(new - x) <= mpmath.mpf(2) ** -60 * x or hi - lo <= mpmath.mpf(2) ** -60 * hi
-                    or hi < 1e-310):  # the last: below the smallest float
-                return float(new)
-            x = new
-    raise MetricError(f"beta_ppf({q}, {a}, {b}) did not converge; please report it")  # pragma: no cover
-
-
-def lower_bound(k: int, n: int, alpha: float) -> float:
-    """Clopper-Pearson lower bound of a rate with ``k`` of ``n``: exceeded with probability ``alpha``."""
-    return 0.0 if k <= 0 else beta_ppf(alpha, k, n - k + 1)
-
-
-def upper_bound(k: int, n: int, alpha: float) -> float:
-    """Clopper-Pearson upper bound of a rate with ``k`` of ``n`` (below it with probability ``alpha``)."""
-    return 1.0 if k >= n else beta_ppf(1.0 - alpha, k + 1, n - k)
-
-
-def _tail(k: np.ndarray, n: np.ndarray, p: float, lower: bool) -> np.ndarray:
-    """``P(Bin(n, p) >= k)`` (``lower``: the p-value against ``rate < p``), else ``P(Bin(n, p) <= k)``."""
-    k, n = np.broadcast_arrays(np.asarray(k, np.float64), np.asarray(n, np.float64))
-    if lower:
-        ok = k >= 1
-        return np.where(ok, betainc(np.where(ok, k, 1.0), np.where(ok, n - k + 1.0, 1.0), p), 1.0)
-    ok = k < n
-    return np.where(ok, betainc(np.where(ok, n - k, 1.0), np.where(ok, k + 1.0, 1.0), 1.0 - p), 1.0)
-
-
-def critical_count(n: Any, bound: float, alpha: Any, lower: bool = True) -> np.ndarray:
-    """For each ``n``: ``lower``: the fewest successes ``k`` whose lower bound is ``>= bound``
-    (``n + 1`` if none); else the most ``k`` whose upper bound is ``<= bound`` (``-1`` if none).
-
-    >>> critical_count(50, 0.8, 0.1).tolist()   # 45 of 50 certify recall >= 0.8 at 0.9
-    45
-    """
-    n, alpha = np.broadcast_arrays(np.asarray(n, np.float64), np.asarray(alpha, np.float64))
-    # distinct (n, alpha) pairs as complex numbers: a plain sort, not a lexsort of rows
-    pairs, inverse = np.unique(n.ravel() + 1j * alpha.ravel(), return_inverse=True)
-    nn, aa = pairs.real.copy(), pairs.imag.copy()
-    lo, hi = np.zeros_like(nn), nn + 1.0  # lower: answer in [lo, hi], hi meaning "none"
-    if not lower:
-        lo, hi = -1.0 * np.ones_like(nn), nn  # upper: answer in [lo, hi], lo meaning "none"
-    if bound <= 0.0 or bound >= 1.0:
-        trivial = (bound <= 0.0) == lower  # rate >= 0 and rate <= 1 always hold
-        out = (lo if lower else hi) if trivial else (hi if lower else lo)
-        return out[inverse.ravel()].reshape(n.shape).astype(np.int64)
-    while np.any(lo < hi):  # integer bisection; the tails are monotone in k
-        act = lo < hi
-        mid = np.floor((lo + hi) / 2) if lower else np.ceil((lo + hi) / 2)
-        mid = np.clip(mid, 0, nn)  # finished rows may sit at the "none" ends
-        ok = _tail(mid, nn, bound, lower) <= aa
-        if lower:
-            lo, hi = np.where(act & ~ok, mid + 1, lo), np.where(act & ok, mid, hi)
-        else:
-            lo, hi = np.where(act & ok, mid, lo), np.where(act & ~ok, mid - 1, hi)
-    return (hi if lower else lo)[inverse.ravel()].reshape(n.shape).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- rates
@@ -304,29 +170,35 @@ def certify(specs: Sequence[RateConstraint], counts: dict[str, np.ndarray],
     mask = np.ones(shape, dtype=bool)
     levels: list[Any] = []
     for s in specs:
-        ok, level = _certify_one(s, counts, shape, alpha / len(specs))
+        ok, level, _ = _certify_one(s, counts, shape, alpha / len(specs))
         mask &= ok
         levels.append(level)
     return mask, levels
 
 
 def _certify_one(s: RateConstraint, counts: dict[str, np.ndarray], shape: tuple[int, ...],
-                 alpha: float) -> tuple[np.ndarray, Any]:
+                 alpha: float) -> tuple[np.ndarray, Any, np.ndarray]:
+    """``(certified, level, tested)`` for one constraint at family-wise error ``alpha``."""
     k, n = s.counts(counts)
     k, n = np.broadcast_to(k, shape), np.broadcast_to(n, shape)
-    defined = n > 0
+    tested = n > 0
     if s.monotone:
         level: Any = alpha
-    else:  # Bonferroni over the candidates where the rate is defined
-        level = alpha / np.maximum(defined.sum(-1, keepdims=True), 1)
-    crit = critical_count(n, s.bound, level, s.lower)
-    ok = defined & ((k >= crit) if s.lower else (k <= crit))
+    else:  # Bonferroni over (at most MAX_TESTS evenly spaced) candidates where it is defined
+        rank = np.cumsum(tested, axis=-1)
+        stride = np.maximum(np.ceil(rank[..., -1:] / MAX_TESTS), 1)
+        tested = tested & ((rank - 1) % stride == 0)
+        level = alpha / np.maximum(tested.sum(-1, keepdims=True), 1)
+    # critical counts only where tested: Bonferroni's thinning then bounds the work too
+    crit = critical_count(n[tested], s.bound, np.broadcast_to(level, shape)[tested], s.lower)
+    ok = np.zeros(shape, dtype=bool)
+    ok[tested] = (k[tested] >= crit) if s.lower else (k[tested] <= crit)
     if s.monotone:  # fixed-sequence: from the easiest threshold on, stop at the first failure
         if s.easiest_low:
             ok = np.logical_and.accumulate(ok[..., ::-1], axis=-1)[..., ::-1]
         else:
             ok = np.logical_and.accumulate(ok, axis=-1)
-    return ok, level
+    return ok, level, tested
 
 
 def _level(level: Any) -> float:
@@ -352,18 +224,21 @@ def explain_infeasible(specs: Sequence[RateConstraint], counts: dict[str, np.nda
         alpha = _level(level)
         k, n = s.counts(counts)
         side = "lower" if s.lower else "upper"
-        defined = np.flatnonzero(n > 0)
-        if defined.size == 0:
+        tested = np.flatnonzero(_certify_one(s, counts, np.shape(n), alpha)[2])
+        if tested.size == 0:
             parts.append(f"{s.text}: undefined at every threshold (no {s.elements})")
             continue
-        i = defined[np.argmin(_tail(k[defined], n[defined], min(max(s.bound, 1e-12), 1 - 1e-12),
-                                    s.lower))]
+        if s.monotone:  # the best bound is at the easiest end
+            i = tested[-1] if s.easiest_low else tested[0]
+        else:
+            i = tested[np.argmin(tail(k[tested], n[tested], min(max(s.bound, 1e-12), 1 - 1e-12),
+                                       s.lower))]
         ki, ni = round(float(k[i])), round(float(n[i]))
         best = (lower_bound if s.lower else upper_bound)(ki, ni, alpha)
         need = s.needed(alpha)
         want = ("no number of validation elements can certify it" if need is None else
                 f"certifying {s.bound:g} at all needs at least {need} {s.elements} even at a perfect "
-                "rate")
+                "rate" + (f" (there are {ni}: the rate itself falls short)" if need <= ni else ""))
         parts.append(f"{s.text}: best {side} bound {best:.4g} ({ki} of {ni} {s.elements}, tested at "
                      f"level {alpha:.3g}); {want}")
     shape = np.shape(next(iter(counts.values())))
