@@ -26,10 +26,9 @@ is kept at ``alpha = 1 - confidence`` (Learn-then-Test, Angelopoulos et al. 2021
 Decisions compare ``P(Binomial(n, bound) >= k)`` (or ``<= k``) with the level,
 which is equivalent to comparing the Clopper-Pearson bound with ``bound``; the
 binomial tails are regularised incomplete beta functions evaluated in float64 by
-a continued fraction (:func:`betainc`). The bounds reported are quantiles found
-by bisection on ``mpmath.betainc`` (:func:`beta_ppf`). No scipy.
-
-The beta and binomial functions are in :mod:`.clopper_pearson`.
+a continued fraction (:func:`betainc`). The bounds reported are beta quantiles
+(:func:`beta_ppf`: Newton on that function, polished by ``mpmath.betainc`` where
+it is fast). No scipy; these functions are in :mod:`.clopper_pearson`.
 
 >>> round(lower_bound(45, 50, 0.1), 6)   # 45 of 50 positives found, confidence 0.9
 0.822382
@@ -50,9 +49,9 @@ from ..errors import MetricError
 from ..symbols import COUNTS
 from .clopper_pearson import beta_ppf, betainc, critical_count, lower_bound, tail, upper_bound
 
-__all__ = ["RateConstraint", "beta_ppf", "betainc", "bounds_at", "certified_thresholds", "certify",
-           "check_confidence",
-           "critical_count", "explain_infeasible", "lower_bound", "rate_constraint", "upper_bound"]
+__all__ = ["MAX_TESTS", "RateConstraint", "beta_ppf", "betainc", "bounds_at", "certified_thresholds",
+           "certify", "check_confidence", "critical_count", "explain_infeasible", "lower_bound",
+           "rate_constraint", "upper_bound"]
 
 _NAMES = tuple(COUNTS)  # ("TP", "FP", "FN", "TN")
 # As the threshold falls, TP and FP grow and FN and TN shrink.
