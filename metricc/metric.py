@@ -307,16 +307,18 @@ class Metric:
             validate_args=validate_args, **kwargs)
 
     def best_threshold(self, scores: Any, target: Any, *, zero_division: float | None = None,
-                       constraints: Sequence[str] | None = None) -> ThresholdChoice:
+                       constraints: Sequence[str] | None = None,
+                       confidence: float | None = None) -> ThresholdChoice:
         """The threshold optimising this metric on held-out scores: :func:`metricc.evaluate.threshold.best_threshold`.
 
         Only thresholds meeting ``constraints`` (and the metric's own, when it was
-        compiled with constraints) are candidates.
+        compiled with constraints) are candidates; with ``confidence=c``, only those whose
+        constraints hold on new data with probability ``c`` (``docs/constraints.md``).
         """
         from .evaluate.threshold import best_threshold
 
         return best_threshold(self, scores, target, zero_division=zero_division,
-                              constraints=constraints)
+                              constraints=constraints, confidence=confidence)
 
     def _kernel(self, name: str) -> Any:
         return getattr(self.loss_class, name)

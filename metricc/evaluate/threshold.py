@@ -18,7 +18,7 @@ sums, and the metric is evaluated on all of them in one vectorised call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -56,11 +56,40 @@ class ThresholdCounts(NamedTuple):
     tn: np.ndarray
 
 
-class ThresholdChoice(NamedTuple):
-    """What :func:`best_threshold` returns: predict positive where ``score >= threshold``."""
-
+class _Choice(NamedTuple):
     threshold: float
     value: float
+
+
+class ThresholdChoice(_Choice):
+    """What :func:`best_threshold` returns: predict positive where ``score >= threshold``.
+
+    The pair ``(threshold, value)``. With ``confidence=``, also ``confidence`` and ``bounds``
+    (each constraint's one-sided Clopper-Pearson bound at the threshold, at the level it was
+    tested at), kept outside the tuple so that ``threshold, value = choice`` still works;
+    they are ``None`` and ``{}`` otherwise. Equality compares the pair only.
+    """
+
+    confidence: float | None = None
+    _bounds: tuple[tuple[str, float], ...] = ()
+
+    def __new__(cls, threshold: float, value: float, confidence: float | None = None,
+                bounds: Mapping[str, float] | None = None) -> ThresholdChoice:
+        self = super().__new__(cls, threshold, value)
+        if confidence is not None:
+            self.confidence, self._bounds = confidence, tuple((bounds or {}).items())
+        return self
+
+    @property
+    def bounds(self) -> dict[str, float]:
+        """``{constraint text: bound reached}`` (empty without ``confidence=``)."""
+        return dict(self._bounds)
+
+    def __repr__(self) -> str:
+        pair = super().__repr__()
+        if self.confidence is None:
+            return pair
+        return f"{pair[:-1]}, confidence={self.confidence!r}, bounds={self.bounds!r})"
 
 
 def _as_array(x: Any, what: str) -> np.ndarray:
@@ -134,7 +163,8 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
 
 def best_threshold(metric: Metric, scores: Any, target: Any, *,
                    zero_division: float | None = None,
-                   constraints: Sequence[str] | None = None) -> ThresholdChoice:
+                   constraints: Sequence[str] | None = None,
+                   confidence: float | None = None) -> ThresholdChoice:
     """The threshold ``t`` that optimises ``metric`` for ``scores >= t`` against ``target``.
 
     Maximises the metric (minimises it when ``metric.higher_is_better`` is
@@ -159,12 +189,26 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     prediction, does not). When no threshold meets them all, a
     :class:`MetricError` says how far each got. See ``docs/constraints.md``.
 
+    ``confidence=c`` (``0 < c < 1``) keeps only thresholds whose constraints hold
+    *on new data from the same distribution* with probability at least ``c``:
+    every constraint must be a rate of counts (recall, specificity, FPR,
+    precision, ...), certified by an exact one-sided Clopper-Pearson bound,
+    with the search over thresholds corrected as in
+    :mod:`metricc.evaluate.confidence`. The result carries the bounds reached;
+    when no threshold is certified, a :class:`MetricError` says how many
+    validation elements a perfect rate would need.
+
     >>> import metricc
     >>> metricc.compile("fpr").best_threshold([0.2, 0.7, 0.9], [0, 1, 0])
     ThresholdChoice(threshold=0.9000000000000001, value=0.0)
     >>> metricc.compile("precision").best_threshold([0.9, 0.8, 0.7, 0.6, 0.2], [1, 1, 0, 1, 0],
     ...                                             constraints=["recall >= 0.75"])
     ThresholdChoice(threshold=0.6, value=0.75)
+    >>> choice = metricc.compile("precision").best_threshold(
+    ...     [0.1 * i for i in range(40)], [0] * 10 + [1] * 30, constraints=["recall >= 0.9"],
+    ...     confidence=0.9)
+    >>> choice.threshold, round(choice.bounds["recall >= 0.9"], 4)
+    (1.0, 0.9261)
     """
     if zero_division is not None and (isinstance(zero_division, bool)
                                       or not isinstance(zero_division, (int, float))):
@@ -176,7 +220,7 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
                           zero_division=float("nan")).numpy()
     if zero_division is not None:
         values = np.where(np.isnan(values), float(zero_division), values)
-    feasible = _feasible(metric, constraints, c)
+    feasible, bounds = _feasible(metric, constraints, c, confidence)
     defined = np.flatnonzero(~np.isnan(values) & feasible)
     if defined.size == 0 and feasible.any():
         raise MetricError(
@@ -187,20 +231,30 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     tol = 1e-12 * max(1.0, abs(best))
     # Candidates run from the highest threshold down: the last tied one is the lowest.
     i = defined[np.flatnonzero(np.abs(v - best) <= tol)[-1]]
-    return ThresholdChoice(float(c.thresholds[i]), float(values[i]))
+    if bounds is None:
+        return ThresholdChoice(float(c.thresholds[i]), float(values[i]))
+    return ThresholdChoice(float(c.thresholds[i]), float(values[i]), float(confidence), bounds(i))
 
 
-def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts) -> np.ndarray:
-    """Which candidate thresholds meet the metric's constraints and ``extra`` (all when none).
+def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts,
+              confidence: float | None = None
+              ) -> tuple[np.ndarray, Callable[[int], dict[str, float]] | None]:
+    """Which candidate thresholds meet the metric's constraints and ``extra`` (all when none),
+    and with ``confidence`` the function giving the bounds at a threshold.
 
     Raises :class:`MetricError` when none does.
     """
     own = tuple(getattr(metric, "constraints", ()))
     if extra is not None:
         own += tuple(metric.parse_constraints(extra))
+    if confidence is not None:
+        from .confidence import certified_thresholds
+
+        counts = {"TP": c.tp, "FP": c.fp, "FN": c.fn, "TN": c.tn}
+        return certified_thresholds(own, counts, confidence)
     ok = np.ones(c.thresholds.shape, dtype=bool)
     if not own:
-        return ok
+        return ok, None
     import torch
 
     counts = [torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)]
@@ -217,4 +271,4 @@ def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts) -
     if not ok.any():
         raise MetricError("no threshold meets every constraint on these data ("
                           + "; ".join(reached) + "); relax a bound, or use more validation data")
-    return ok
+    return ok, None

@@ -1,0 +1,152 @@
+"""Judge constraints as a deployed model is judged: 0/1 rates over a whole pass.
+
+A constrained loss estimates its constraints per batch, on relaxed counts; the
+trained model is used at a fixed threshold, on all the data it meets. So, as
+TensorFlow Constrained Optimization does, :class:`BestFeasible` scores each
+evaluation pass (a validation epoch) on its hard counts at the decision
+threshold, keeps the best objective among the passes that meet every
+constraint, and keeps that pass's state (a deep copy of what you hand it).
+
+>>> import metricc
+>>> from metricc.evaluate.operating import BestFeasible
+>>> keep = BestFeasible(metricc.compile("precision subject to recall >= 0.5"))
+>>> keep.update(0, [0.9, 0.2, 0.7, 0.1], [1, 1, 0, 0]).feasible      # recall 1/2, precision 1/2
+True
+>>> keep.update(1, [0.9, 0.6, 0.3, 0.1], [1, 1, 0, 0], state={"w": 1}).value   # precision 1
+1.0
+>>> keep.best.step, keep.best_state
+(1, {'w': 1})
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import MetricError
+from .confidence import bounds_at, certify, check_confidence, rate_constraint
+from .threshold import threshold_counts
+
+__all__ = ["BestFeasible", "PassResult"]
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """One pass: the objective and each constraint's value over the whole pass at the threshold.
+
+    ``bounds`` holds each constraint's one-sided bound (with ``confidence``; else empty);
+    ``feasible`` says whether every constraint is met (by its bound, with ``confidence``).
+    """
+
+    step: int
+    value: float
+    rates: dict[str, float]
+    feasible: bool
+    bounds: dict[str, float] = field(default_factory=dict)
+    counts: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+
+class BestFeasible:
+    """The best pass by the objective among the passes that meet every constraint.
+
+    ``metric``: a :class:`metricc.Metric` compiled with constraints. ``threshold``:
+    the decision threshold on the scores' scale (0.5 for probabilities, 0 for logits).
+    ``confidence=c`` asks each constraint (a rate) to hold on new data with
+    probability ``c``: Clopper-Pearson bounds as in :func:`metricc.best_threshold`;
+    picking the best of many passes on the same data is a search too, so the
+    ``s``-th pass is tested at ``(1 - c) / (s (s + 1))`` (these sum to ``1 - c`` over
+    any number of passes), or at ``(1 - c) / passes`` when the number of passes is
+    given in advance (Bonferroni; more passes are then refused).
+    """
+
+    def __init__(self, metric: Any, *, threshold: float = 0.5, confidence: float | None = None,
+                 passes: int | None = None, zero_division: float | None = None) -> None:
+        self.metric = metric
+        self.constraints = tuple(getattr(metric, "constraints", ()))
+        if not self.constraints:
+            raise MetricError("BestFeasible needs a metric compiled with constraints, e.g. "
+                              "metricc.compile('precision subject to recall >= 0.9')")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                or not math.isfinite(threshold):
+            raise MetricError(f"threshold must be a finite number, got {threshold!r}")
+        if passes is not None and (isinstance(passes, bool) or not isinstance(passes, int)
+                                   or passes < 1):
+            raise MetricError(f"passes must be a positive integer (how many passes will be "
+                              f"judged) or None, got {passes!r}")
+        self.threshold, self.passes, self.zero_division = float(threshold), passes, zero_division
+        self.confidence = None if confidence is None else check_confidence(confidence)
+        self._specs = ([rate_constraint(c) for c in self.constraints]
+                       if self.confidence is not None else [])
+        self.history: list[PassResult] = []
+        self.best: PassResult | None = None
+        self.best_state: Any = None
+
+    def _alpha(self) -> float:
+        assert self.confidence is not None
+        s = len(self.history) + 1
+        if self.passes is None:
+            return (1.0 - self.confidence) / (s * (s + 1))
+        if s > self.passes:
+            raise MetricError(f"BestFeasible was told passes={self.passes}; pass {s} would break "
+                              "the confidence level: give a larger passes= (or passes=None)")
+        return (1.0 - self.confidence) / self.passes
+
+    def update(self, step: int, scores: Any, target: Any, state: Any = None) -> PassResult:
+        """Judge one whole pass (every score and 0/1 target of it); keep a deep copy of
+        ``state`` (e.g. ``model.state_dict()``) when it is the best feasible pass so far."""
+        c = threshold_counts(scores, target)
+        # the counts of ``score >= threshold``: the lowest candidate at or above it
+        i = max(int(np.count_nonzero(c.thresholds >= self.threshold)) - 1, 0)
+        tp, fp, fn, tn = (int(a[i]) for a in (c.tp, c.fp, c.fn, c.tn))
+        value = float(self.metric.value(tp, fp, fn, tn, zero_division=math.nan))
+        if math.isnan(value) and self.zero_division is not None:
+            value = float(self.zero_division)
+        rates = {con.text: float(con.metric.value(tp, fp, fn, tn, zero_division=math.nan))
+                 for con in self.constraints}
+        bounds: dict[str, float] = {}
+        if self.confidence is None:
+            feasible = all(con.satisfied(rates[con.text]) for con in self.constraints)
+        else:
+            one = {k: np.array([float(v)]) for k, v in zip(("TP", "FP", "FN", "TN"),
+                                                          (tp, fp, fn, tn), strict=True)}
+            mask, levels = certify(self._specs, one, self._alpha())
+            feasible = bool(mask[0])
+            bounds = {text: (b if s.counts(one)[1][0] > 0 else math.nan)  # nan: no elements
+                      for s, (text, b) in zip(self._specs, bounds_at(self._specs, one, levels, 0).items(),
+                                              strict=True)}
+        result = PassResult(int(step), value, rates, feasible and not math.isnan(value), bounds,
+                            (tp, fp, fn, tn))
+        self.history.append(result)
+        if result.feasible and (self.best is None or self._better(value, self.best.value)):
+            self.best, self.best_state = result, copy.deepcopy(state)
+        return result
+
+    def _better(self, value: float, than: float) -> bool:
+        return value > than if self.metric.higher_is_better else value < than  # ties: the earlier
+
+    @property
+    def found(self) -> bool:
+        """Whether some pass met every constraint."""
+        return self.best is not None
+
+    def result(self) -> PassResult:
+        """The best feasible pass, or a :class:`MetricError` saying that none was and how close
+        the passes came."""
+        if self.best is not None:
+            return self.best
+        if not self.history:
+            raise MetricError("BestFeasible has judged no pass yet: call update() after each "
+                              "validation pass")
+        closest = {con.text: max((con.sense * h.rates[con.text] for h in self.history
+                                  if not math.isnan(h.rates[con.text])), default=math.nan)
+                   for con in self.constraints}
+        got = "; ".join(f"{con.text}: {'highest' if con.sense > 0 else 'lowest'} "
+                        f"{con.sense * closest[con.text]:.4g}" for con in self.constraints)
+        rule = "" if self.confidence is None else f" with confidence {self.confidence:g}"
+        raise MetricError(f"no pass of {len(self.history)} met every constraint{rule} at "
+                          f"threshold {self.threshold:g} ({got}); train longer, relax a bound, "
+                          "or re-pick the threshold with best_threshold()")
