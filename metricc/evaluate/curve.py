@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from ..errors import MetricError, MetricWarning
 
@@ -178,7 +179,9 @@ def _grid(thresholds: Any) -> np.ndarray:
     if isinstance(thresholds, (int, np.integer)) and not isinstance(thresholds, bool):
         if thresholds < 2:
             raise MetricError(f"thresholds must be at least 2 grid points, got {thresholds}")
-        return np.linspace(0.0, 1.0, int(thresholds))
+        # torch's linspace (float64), the grid of torchmetrics' binned mode: numpy's rounds
+        # some points differently (0.6000000000000001 at T = 11), which moves tied scores
+        return torch.linspace(0.0, 1.0, int(thresholds), dtype=torch.float64).numpy()
     grid = _array(thresholds, "thresholds").astype(np.float64)
     if grid.ndim != 1 or grid.size < 2 or not (np.diff(grid) > 0).all() or not np.isfinite(grid).all():
         raise MetricError("thresholds must be an int (grid points on [0, 1]) or an increasing 1-D "
