@@ -109,54 +109,56 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
     else:
         c = relax.clip
         if from_logits:
-            x = s.clamp(-c, c)
+            x = s
             d = ((s > -c) & (s < c)).to(s.dtype)
         else:
-            x = torch.logit(s).clamp_(-c, c)
+            x = torch.logit(s)
             inside = (x > -c) & (x < c)
             # dlogit/dp = 1 / (p (1 - p)) inside the clip range, 0 outside (also at p = 0, 1)
             d = torch.where(inside, 1.0 / torch.where(inside, s * (1 - s), 1.0), 0.0)
-        u = x.to(torch.float64, copy=True).sub_(lo).mul_(1.0 / h)
+        # clipped on the grid itself: (c - lo) / h may round past T - 1
+        u = x.to(torch.float64, copy=True).sub_(lo).mul_(1.0 / h).clamp_(0, relax.bins - 1)
     return u, d, 1.0 / h
 
 
-def _bin_base(y: Tensor, hard: bool, rows: int, bins: int) -> Tensor:
-    """Each element's offset into the flat histogram of ``(2, C, T)`` bins (hard labels:
-    positives, then negatives) or ``(C, T)`` bins (soft labels, weighted by ``y`` and
-    ``1 - y`` into two halves later)."""
-    base = torch.zeros(y.shape, dtype=torch.int64, device=y.device)
-    if y.dim() == 2:
-        base += torch.arange(rows, device=y.device) * bins
-    if hard:
-        base.add_((y == 0).to(torch.int64), alpha=rows * bins)
-    return base
+def _offset(k: Tensor, neg: Tensor, rows: int, bins: int) -> Tensor:
+    """Bin numbers ``k`` (float64, in ``[0, T)``) moved into each element's row of the flat
+    ``(2, C, T)`` histogram: positives first, then negatives (``neg``); columns of ``(N, C)``
+    scores in their class's row. Integers in float64 are exact; float64 operations keep
+    torch on its fast paths (an in-place int64 - float64 mix is 20x slower)."""
+    if k.dim() == 2:
+        k = k.add_(torch.arange(rows, dtype=k.dtype, device=k.device) * bins)
+    return torch.add(k, neg, alpha=rows * bins)
 
 
 def _scatter(size: int, index: Tensor, values: Tensor | None) -> Tensor:
-    """``bincount`` into float64 (a count when ``values`` is None)."""
+    """``bincount`` into float64 (a count when ``values`` is None; ``values`` float64)."""
     if values is None:
         return torch.bincount(index, minlength=size).to(torch.float64)
-    out = torch.zeros(size, dtype=torch.float64, device=index.device)
-    return out.scatter_add_(0, index, values.to(torch.float64))
+    return torch.zeros(size, dtype=torch.float64, device=index.device).scatter_add_(0, index, values)
 
 
-def _histogram(u: Tensor, base: Tensor, mass: Tensor | None, size: int, bins: int, width: int
+def _histogram(u: Tensor, neg: Tensor, mass: Tensor | None, rows: int, bins: int, width: int
                ) -> tuple[Tensor, Tensor]:
-    """The soft histogram (float64, ``size`` bins) and the index saved for the backward."""
+    """The soft ``(2, C, T)`` histogram (flat, float64) of positions ``u``, and the index
+    the backward needs: each element's bin (width 1) or its row's first bin (wider)."""
+    size = 2 * rows * bins
     if width == 1:
-        # linear interpolation: (1 - f) to bin k, f to bin k + 1, with k <= T - 2
-        k = u.to(torch.int64).clamp_(0, bins - 2)
-        f = u - k
-        idx = k.add_(base)
-        flat = idx.view(-1)
-        frac = _scatter(size, flat, (f if mass is None else f.mul_(mass)).view(-1))
-        hist = _scatter(size, flat, None if mass is None else mass.reshape(-1)).sub_(frac)
+        # linear interpolation: 1 - f to bin k, f to bin k + 1, with k <= T - 2
+        k = u.floor().clamp_(max=bins - 2)
+        f = u.sub_(k)  # u is not needed after this (width 1)
+        # a NaN position casts to an arbitrary integer: clamped to a valid bin, its NaN f
+        # then marks the histogram (checked by the caller)
+        idx = _offset(k, neg, rows, bins).to(torch.int64).clamp_(0, size - 1).view(-1)
+        frac = _scatter(size, idx, f.view(-1) if mass is None else f.mul_(mass).view(-1))
+        hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
         hist[1:] += frac[:-1]  # k + 1 stays in its row: frac is 0 at each row's last bin
         return hist, idx
     hist = torch.zeros(size, dtype=torch.float64, device=u.device)
+    base = _offset(torch.zeros_like(u), neg, rows, bins).to(torch.int64)
     floor = u.floor()
     f = u - floor
-    k = floor.to(torch.int64)
+    k = floor.to(torch.int64).clamp_(0, bins - 1)  # NaN: see above
     for j in range(1 - width, width + 1):
         tap = (1 - (f - j).abs_() / width) / width
         tap = tap if mass is None else tap.mul_(mass)
@@ -191,14 +193,15 @@ class SoftCurve(torch.autograd.Function):
         s = s.to(work)
         rows, bins, width = (s.shape[1] if s.dim() == 2 else 1), relax.bins, int(relax.width)
         u, d, scale = _positions(s, relax, from_logits)
-        base = _bin_base(y, hard, rows, bins)
+        w = None if w is None else w.to(work)
+        w64 = None if w is None else w.to(torch.float64)
         if hard:
-            hist, idx = _histogram(u, base, w, 2 * rows * bins, bins, width)
-        else:  # soft labels: the positives' mass y w, then the negatives' (1 - y) w
-            yw = y.to(torch.float64) if w is None else y.to(torch.float64) * w
-            nw = (1 - y).to(torch.float64) if w is None else (1 - y).to(torch.float64) * w
-            base2 = torch.cat((base, base + rows * bins))
-            hist, idx = _histogram(torch.cat((u, u)), base2, torch.cat((yw, nw)), 2 * rows * bins, bins, width)
+            hist, idx = _histogram(u, y.logical_not(), w64, rows, bins, width)
+        else:  # soft labels: each element once as a positive of mass y w, once as a negative
+            y64 = y.to(torch.float64)
+            mass = torch.cat((y64, 1 - y64) if w64 is None else (y64 * w64, (1 - y64) * w64))
+            neg = torch.cat((torch.zeros_like(y, dtype=torch.bool), torch.ones_like(y, dtype=torch.bool)))
+            hist, idx = _histogram(torch.cat((u, u)), neg, mass, rows, bins, width)
         if not bool(torch.isfinite(hist).all()):
             raise MetricError("scores hold NaN (or, as probabilities, infinite) values; the curve cannot "
                               "be formed (check the model's outputs)")
@@ -208,7 +211,7 @@ class SoftCurve(torch.autograd.Function):
         tp, fp = curve.unbind(0)
         pos, neg = tp[..., 0].clone(), fp[..., 0].clone()
         ctx.mark_non_differentiable(pos, neg)
-        ctx.meta = (in_dtype, work, scale, bins, width, hard)
+        ctx.meta, ctx.shape = (in_dtype, work, scale, bins, width, hard), s.shape
         ctx.save_for_backward(idx, d, w, y if not hard else None, u if width > 1 else None)
         return tp, fp, pos, neg
 
@@ -217,21 +220,23 @@ class SoftCurve(torch.autograd.Function):
         idx, d, w, y, u = ctx.saved_tensors
         in_dtype, work, scale, bins, width, hard = ctx.meta
         g = torch.stack((g_tp, g_fp)).to(torch.float64).reshape(-1)
-        n = idx.shape[0] // (1 if hard else 2)
+        shape = ctx.shape
+        n = shape[0]
         if width == 1:
             # d hist[k] / du = -1, d hist[k+1] / du = +1, and dL/dhist = cumsum(g) per row:
             # their difference is g at k + 1, read from g shifted by one.
-            shifted = torch.cat((g[1:], g.new_zeros(1))).to(work)
-            grad = shifted.index_select(0, idx.view(-1)).view(idx.shape)
+            # (the grid spacing's 1/h is folded into the T-sized table)
+            shifted = torch.cat((g[1:], g.new_zeros(1))).mul_(scale).to(work)
+            grad = shifted.index_select(0, idx).view(-1, *shape[1:])
         else:
-            adj = g.view(-1, bins).cumsum(-1).view(-1)
+            adj = g.view(-1, bins).cumsum(-1).view(-1).mul_(scale)
             grad = _tap_adjoint(u if hard else torch.cat((u, u)), idx, adj, bins, width).to(work)
         if not hard:  # the positives' half weighted by y, the negatives' by 1 - y
-            yw = y.to(work)
-            grad = torch.lerp(grad[n:], grad[:n], yw)
-        grad = grad.mul_(scale) if d is None else grad.mul_(d).mul_(scale)
+            grad = torch.lerp(grad[n:], grad[:n], y.to(work))
+        if d is not None:
+            grad = grad.mul_(d)
         if w is not None:
-            grad = grad.mul_(w.to(work))
+            grad = grad.mul_(w)
         return grad.to(in_dtype), None, None, None, None, None
 
 
