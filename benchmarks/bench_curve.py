@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_loss, also when imported
 
 from bench_loss import fmt_time, measure, print_table
 

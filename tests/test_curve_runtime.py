@@ -287,3 +287,21 @@ def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path_factory)
                 for p, q in zip(param_grads, ref_param_grads, strict=True):
                     torch.testing.assert_close(p, q, rtol=0, atol=1e-10, msg=where)
                 assert max(float(q.abs().max()) for q in ref_param_grads) > 1e-3, where
+
+
+def test_benchmark_smoke_run(capsys) -> None:
+    """``benchmarks/bench_curve.py --smoke`` end to end (the recorded run drops ``--smoke``)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_curve.py"
+    spec = importlib.util.spec_from_file_location("bench_curve", path)
+    bench = importlib.util.module_from_spec(spec)
+    threads = torch.get_num_threads()
+    try:
+        spec.loader.exec_module(bench)
+        assert bench.main(["--smoke"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    table = capsys.readouterr().out
+    for name in ("BCEWithLogits", "soft AUROC", "soft AP", "soft AP, logit grid", "pairwise logistic"):
+        assert f"| {name} " in table, table
+    # the soft losses run, and are finite: their peak memory is reported
+    assert table.count("| 5e+02 ") == 6 and table.count("| 2e+03 ") == 6, table
