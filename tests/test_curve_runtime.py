@@ -8,6 +8,7 @@ lets autograd differentiate it: an independent implementation of the same defini
 from __future__ import annotations
 
 import importlib.util
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -237,7 +238,12 @@ def test_options_are_checked(options, match) -> None:
 def test_options_are_normalised_to_plain_numbers() -> None:
     r = CurveRelaxation(bins=np.int64(64), width=2, clip=np.float32(6.0))
     assert type(r.bins) is int and type(r.width) is float and type(r.clip) is float
-    assert r == CurveRelaxation(bins=64, width=2.0, clip=6.0)
+    assert r == CurveRelaxation(bins=64, width=2.0, clip=6.0) and r != CurveRelaxation(bins=64)
+    assert hash(r) == hash(CurveRelaxation(bins=64, width=2.0, clip=6.0))
+    assert pickle.loads(pickle.dumps(r)) == r
+    assert repr(r) == "CurveRelaxation(bins=64, width=2.0, space='probability', clip=6.0)"
+    with pytest.raises(AttributeError, match="immutable"):
+        r.bins = 8
     t = r.thresholds()
     assert t.shape == (64,) and (t[1:] > t[:-1]).all()
 

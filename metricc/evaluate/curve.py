@@ -58,9 +58,9 @@ class OperatingPoint(NamedTuple):
 
 
 def _array(x: Any, what: str) -> np.ndarray:
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor, without importing torch
+    if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
-        x = (x.float() if str(x.dtype) == "torch.bfloat16" else x).numpy()
+        x = (x.float() if x.dtype == torch.bfloat16 else x).numpy()
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as e:
@@ -157,13 +157,12 @@ def _precision_area(c: ExactCurve) -> float:
 
 
 def _binned_roc(b: BinnedCounts) -> float:
-    # torchmetrics' binned AUROC: the trapezoid over the grid's points, 0/0 rates taken as 0
-    tpr = b.tp[::-1] / b.pos if b.pos else np.zeros_like(b.tp)
-    fpr = b.fp[::-1] / b.neg if b.neg else np.zeros_like(b.fp)
+    # torchmetrics' binned AUROC: the trapezoid over the grid's points alone (no (0, 0)
+    # appended: scores equal to the top grid point leave area uncounted, as there)
     if b.pos == 0 or b.neg == 0:
         raise MetricError("AUROC needs positives and negatives, but the target holds only one "
                           "class; evaluate on data with both (or report another metric)")
-    return float(np.trapezoid(tpr, fpr))
+    return float(np.trapezoid(b.tp[::-1] / b.pos, b.fp[::-1] / b.neg))
 
 
 def _binned_precision(b: BinnedCounts) -> float:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,7 +36,6 @@ def _real_option(value: Any, name: str, hint: str) -> float:
     return float(value)
 
 
-@dataclass(frozen=True)
 class CurveRelaxation:
     """How a batch of scores becomes a soft curve on a grid of ``bins`` thresholds.
 
@@ -49,35 +47,56 @@ class CurveRelaxation:
     ``from_logits``) or ``"logit"`` (grid on logits clipped to ``[-clip, clip]``; the
     logit of probabilities when not ``from_logits``). Clipped scores get no gradient.
 
+    Immutable, compared and hashed by value, like a frozen dataclass; not one, because
+    standalone loss files paste this module into files that may be loaded without an
+    entry in ``sys.modules``, where ``dataclasses`` fails on string annotations.
+
     >>> CurveRelaxation(bins=128, space="logit", clip=6)
     CurveRelaxation(bins=128, width=1.0, space='logit', clip=6.0)
     """
 
-    bins: int = 256
-    width: float = 1.0
-    space: str = "probability"
-    clip: float = 8.0
+    __slots__ = ("bins", "clip", "space", "width")
+    bins: int
+    width: float
+    space: str
+    clip: float
 
-    def __post_init__(self) -> None:
-        bins = self.bins
+    def __init__(self, bins: int = 256, width: float = 1.0, space: str = "probability",
+                 clip: float = 8.0) -> None:
         if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or not 2 <= bins <= 1 << 24:
             raise MetricError(f"CurveRelaxation bins must be an int in [2, 16777216] (the number of "
                               f"thresholds; 256 is the default), got {bins!r}")
-        width = _real_option(self.width, "width", "kernel half-width in bins: 1, 2, 3, ...")
-        if width < 1 or width != int(width) or width > bins - 1:
+        w = _real_option(width, "width", "kernel half-width in bins: 1, 2, 3, ...")
+        if w < 1 or w != int(w) or w > bins - 1:
             raise MetricError(f"CurveRelaxation width must be a whole number of bins from 1 to bins - 1 "
-                              f"= {bins - 1} (1 is linear interpolation), got {self.width!r}")
-        if not isinstance(self.space, str) or self.space not in CURVE_SPACES:
-            near = suggest(self.space, list(CURVE_SPACES)) if isinstance(self.space, str) else ""
-            raise MetricError(f"CurveRelaxation space must be 'probability' or 'logit', got "
-                              f"{self.space!r}{near}")
-        clip = _real_option(self.clip, "clip", "the logit range [-clip, clip] of space='logit'")
-        if not 0 < clip <= 30:
+                              f"= {bins - 1} (1 is linear interpolation), got {width!r}")
+        if not isinstance(space, str) or space not in CURVE_SPACES:
+            near = suggest(space, list(CURVE_SPACES)) if isinstance(space, str) else ""
+            raise MetricError(f"CurveRelaxation space must be 'probability' or 'logit', got {space!r}{near}")
+        c = _real_option(clip, "clip", "the logit range [-clip, clip] of space='logit'")
+        if not 0 < c <= 30:
             raise MetricError(f"CurveRelaxation clip must be in (0, 30] (logits beyond it saturate "
-                              f"any probability), got {self.clip!r}")
-        object.__setattr__(self, "bins", int(bins))
-        object.__setattr__(self, "width", width)
-        object.__setattr__(self, "clip", clip)
+                              f"any probability), got {clip!r}")
+        for name, value in (("bins", int(bins)), ("width", w), ("space", str(space)), ("clip", c)):
+            object.__setattr__(self, name, value)
+
+    def _key(self) -> tuple[int, float, str, float]:
+        return self.bins, self.width, self.space, self.clip
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("CurveRelaxation is immutable; build a new one")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CurveRelaxation) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return "CurveRelaxation(bins={!r}, width={!r}, space={!r}, clip={!r})".format(*self._key())
+
+    def __reduce__(self) -> tuple[type, tuple[int, float, str, float]]:
+        return CurveRelaxation, self._key()
 
     def grid(self) -> tuple[float, float]:
         """``(lo, h)``: the first grid point and the spacing, in the grid's space."""
