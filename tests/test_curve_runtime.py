@@ -125,6 +125,33 @@ def test_curves_are_monotone_and_hold_all_the_weight(n, bins, width, seed, space
     assert float(tp[0]) == float(pos) and float(fp[0]) == float(neg)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 300), st.integers(2, 64), st.integers(0, 2**31 - 1), st.sampled_from([1, 2]))
+def test_soft_counts_differ_from_hard_ones_only_near_their_threshold(n, bins, seed, decimals) -> None:
+    """With linear interpolation the soft step at ``t_k`` ramps over ``t_k +- h/2``: only
+    scores that close to ``t_k`` may count differently from ``[s >= t_k]``."""
+    g = torch.Generator().manual_seed(seed)
+    s = torch.round(torch.rand(n, generator=g, dtype=F64), decimals=decimals)  # ties, grid hits
+    y = torch.rand(n, generator=g) < 0.5
+    relax = CurveRelaxation(bins=bins)
+    tp, fp, _, _ = soft_curve(s, y, relax=relax, from_logits=False)
+    h = relax.grid()[1]
+    for k, t in enumerate(relax.thresholds().tolist()):
+        near = (s - t).abs() < h / 2 + 1e-12
+        assert abs(float(tp[k]) - int(((s >= t) & y).sum())) <= int((near & y).sum()) + 1e-9
+        assert abs(float(fp[k]) - int(((s >= t) & ~y).sum())) <= int((near & ~y).sum()) + 1e-9
+
+
+def test_columns_of_a_batch_equal_their_own_curves() -> None:
+    s, y, w = make_inputs((50, 4), True, False, True, seed=5)
+    relax = CurveRelaxation(bins=20, width=2)
+    batch = soft_curve(s, y, w, relax=relax, from_logits=True)
+    for c in range(4):
+        one = soft_curve(s[:, c], y[:, c], w, relax=relax, from_logits=True)
+        for a, b in zip(batch, one, strict=True):
+            torch.testing.assert_close(a[c], b, rtol=0, atol=1e-12)
+
+
 def test_the_soft_scores_converge_to_the_exact_ones_as_the_grid_refines() -> None:
     g = torch.Generator().manual_seed(0)
     n = 20000
