@@ -53,6 +53,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.loss",
         "metricc.runtime.constrained",
         "metricc.runtime.matrix",
+        "metricc.runtime.curve",
     ))
 _LITERALS = (bool, int, float, str, type(None))
 #: Generated lines are wrapped to this width, so the file passes common line-length rules.

@@ -15,6 +15,7 @@
 ``loss``             ``MetricLoss``
 ``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
 ``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix
+``curve``            soft ROC/PR curves on a threshold grid, pooled over ranks and batches
 ===================  ==========================================================
 
 Importing this package loads nothing; each name below is loaded from its
@@ -42,6 +43,7 @@ _EXPORTS = {
     "MetricLoss": "loss",
     "ConstrainedLoss": "constrained", "ConstraintSpec": "constrained",
     "MatrixLoss": "matrix", "soft_matrix": "matrix",
+    "CurvePool": "curve", "CurveRelaxation": "curve", "soft_curve": "curve", "sync_curve": "curve",
 }
 
 __all__ = sorted(_EXPORTS)

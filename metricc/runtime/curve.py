@@ -1,0 +1,377 @@
+"""The ROC/PR curve as a statistic: soft counts ``TP[k], FP[k]`` at every threshold of a grid.
+
+Each score is spread over its neighbouring grid points by a compact triangular kernel
+(a soft histogram of the positive and of the negative scores), and reverse cumulative
+sums of the histograms give ``TP[k]`` (and ``FP[k]``): the soft number of positives
+(negatives) scoring at or above threshold ``t_k``. Time and memory are ``O(n + T)``;
+the backward reads each score's adjoint at its bins (the adjoint of a reverse cumulative
+sum is a cumulative sum), so no ``n x T`` tensor is ever formed.
+
+Grid: ``T = bins`` points ``c_k = lo + k h`` spanning ``[lo, hi]`` (``[0, 1]`` for
+``space="probability"``, ``[-clip, clip]`` for ``"logit"``); the thresholds lie halfway
+between them, ``t_k = c_k - h / 2``, where each soft step ``[x >= t_k]`` is one half.
+``t_0`` lies below every score, so ``TP[0]`` is the positives' total weight.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import MetricError, suggest
+from .distributed import CountPool, count_pool, sync_counts
+
+CURVE_SPACES = ("probability", "logit")
+#: Past this logit, sigmoid(-z) in softplus_backward is taken as 1 (e^-40 < 2^-53).
+_CURVE_SATURATION = {torch.float64: 40.0}
+
+
+def _real_option(value: Any, name: str, hint: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise MetricError(f"CurveRelaxation {name} must be a finite number ({hint}), got {value!r}")
+    return float(value)
+
+
+class CurveRelaxation:
+    """How a batch of scores becomes a soft curve on a grid of ``bins`` thresholds.
+
+    ``bins``: grid points ``T`` (an int >= 2). ``width``: the kernel's half-width in
+    bins, a whole number: 1 is linear interpolation between the two neighbouring grid
+    points; ``w`` spreads each score over ``2 w`` bins (a triangle, whose weights sum to
+    exactly 1 only for whole ``w``), so more scores share each threshold's gradient.
+    ``space``: ``"probability"`` (grid on ``[0, 1]``, after a sigmoid when
+    ``from_logits``) or ``"logit"`` (grid on logits clipped to ``[-clip, clip]``; the
+    logit of probabilities when not ``from_logits``). Clipped scores get no gradient.
+
+    Immutable, compared and hashed by value, like a frozen dataclass; not one, because
+    standalone loss files paste this module into files that may be loaded without an
+    entry in ``sys.modules``, where ``dataclasses`` fails on string annotations.
+
+    >>> CurveRelaxation(bins=128, space="logit", clip=6)
+    CurveRelaxation(bins=128, width=1.0, space='logit', clip=6.0)
+    """
+
+    __slots__ = ("bins", "clip", "space", "width")
+    bins: int
+    width: float
+    space: str
+    clip: float
+
+    def __init__(self, bins: int = 256, width: float = 1.0, space: str = "probability",
+                 clip: float = 8.0) -> None:
+        if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or not 2 <= bins <= 1 << 24:
+            raise MetricError(f"CurveRelaxation bins must be an int in [2, 16777216] (the number of "
+                              f"thresholds; 256 is the default), got {bins!r}")
+        w = _real_option(width, "width", "kernel half-width in bins: 1, 2, 3, ...")
+        if w < 1 or w != int(w) or w > bins - 1:
+            raise MetricError(f"CurveRelaxation width must be a whole number of bins from 1 to bins - 1 "
+                              f"= {bins - 1} (1 is linear interpolation), got {width!r}")
+        if not isinstance(space, str) or space not in CURVE_SPACES:
+            near = suggest(space, list(CURVE_SPACES)) if isinstance(space, str) else ""
+            raise MetricError(f"CurveRelaxation space must be 'probability' or 'logit', got {space!r}{near}")
+        c = _real_option(clip, "clip", "the logit range [-clip, clip] of space='logit'")
+        if not 0 < c <= 30:
+            raise MetricError(f"CurveRelaxation clip must be in (0, 30] (logits beyond it saturate "
+                              f"any probability), got {clip!r}")
+        for name, value in (("bins", int(bins)), ("width", w), ("space", str(space)), ("clip", c)):
+            object.__setattr__(self, name, value)
+
+    def _key(self) -> tuple[int, float, str, float]:
+        return self.bins, self.width, self.space, self.clip
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("CurveRelaxation is immutable; build a new one")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CurveRelaxation) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return "CurveRelaxation(bins={!r}, width={!r}, space={!r}, clip={!r})".format(*self._key())
+
+    def __reduce__(self) -> tuple[type, tuple[int, float, str, float]]:
+        return CurveRelaxation, self._key()
+
+    def grid(self) -> tuple[float, float]:
+        """``(lo, h)``: the first grid point and the spacing, in the grid's space."""
+        lo, hi = (0.0, 1.0) if self.space == "probability" else (-self.clip, self.clip)
+        return lo, (hi - lo) / (self.bins - 1)
+
+    def thresholds(self) -> Tensor:
+        """The ``T`` thresholds ``t_k`` (float64, increasing), in the grid's space.
+
+        >>> CurveRelaxation(bins=3).thresholds().tolist()
+        [-0.25, 0.25, 0.75]
+        """
+        lo, h = self.grid()
+        return lo + (torch.arange(self.bins, dtype=torch.float64) - 0.5) * h
+
+
+def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Tensor, Tensor | None, float]:
+    """Grid positions ``u`` (float64, in ``[0, T - 1]``) of the scores, and ``du/ds`` as
+    ``d * scale``: ``d`` a tensor (``None`` for 1) and ``scale`` a number."""
+    lo, h = relax.grid()
+    if relax.space == "probability":
+        if from_logits:
+            x = torch.sigmoid(s)
+            # x sigmoid(-s) in one pass, exact where x rounds to 1 (x (1 - x) would be 0)
+            d = torch.ops.aten.softplus_backward(x, s, -1.0, _CURVE_SATURATION.get(s.dtype, 20.0))
+        else:
+            x, d = s, None
+        u = x.to(torch.float64, copy=True).mul_(1.0 / h)
+    else:
+        c = relax.clip
+        if from_logits:
+            x = s
+            d = ((s > -c) & (s < c)).to(s.dtype)
+        else:
+            x = torch.logit(s)
+            inside = (x > -c) & (x < c)
+            # dlogit/dp = 1 / (p (1 - p)) inside the clip range, 0 outside (also at p = 0, 1)
+            d = torch.where(inside, 1.0 / torch.where(inside, s * (1 - s), 1.0), 0.0)
+        # clipped on the grid itself: (c - lo) / h may round past T - 1
+        u = x.to(torch.float64, copy=True).sub_(lo).mul_(1.0 / h).clamp_(0, relax.bins - 1)
+    return u, d, 1.0 / h
+
+
+def _offset(k: Tensor, neg: Tensor, rows: int, bins: int) -> Tensor:
+    """Bin numbers ``k`` (float64, in ``[0, T)``) moved into each element's row of the flat
+    ``(2, C, T)`` histogram: positives first, then negatives (``neg``); columns of ``(N, C)``
+    scores in their class's row. Integers in float64 are exact; float64 operations keep
+    torch on its fast paths (an in-place int64 - float64 mix is 20x slower)."""
+    if k.dim() == 2:
+        k = k.add_(torch.arange(rows, dtype=k.dtype, device=k.device) * bins)
+    return torch.add(k, neg, alpha=rows * bins)
+
+
+def _scatter(size: int, index: Tensor, values: Tensor | None) -> Tensor:
+    """``bincount`` into float64 (a count when ``values`` is None; ``values`` float64)."""
+    if values is None:
+        return torch.bincount(index, minlength=size).to(torch.float64)
+    return torch.zeros(size, dtype=torch.float64, device=index.device).scatter_add_(0, index, values)
+
+
+def _histogram(u: Tensor, neg: Tensor, mass: Tensor | None, rows: int, bins: int, width: int
+               ) -> tuple[Tensor, Tensor]:
+    """The soft ``(2, C, T)`` histogram (flat, float64) of positions ``u``, and the index
+    the backward needs: each element's bin (width 1) or its row's first bin (wider)."""
+    size = 2 * rows * bins
+    if width == 1:
+        # linear interpolation: 1 - f to bin k, f to bin k + 1, with k <= T - 2
+        k = u.floor().clamp_(max=bins - 2)
+        f = u.sub_(k)  # u is not needed after this (width 1)
+        # a NaN position casts to an arbitrary integer: clamped to a valid bin, its NaN f
+        # then marks the histogram (checked by the caller)
+        idx = _offset(k, neg, rows, bins).to(torch.int64).clamp_(0, size - 1).view(-1)
+        frac = _scatter(size, idx, f.view(-1) if mass is None else f.mul_(mass).view(-1))
+        hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
+        hist[1:] += frac[:-1]  # k + 1 stays in its row: frac is 0 at each row's last bin
+        return hist, idx
+    hist = torch.zeros(size, dtype=torch.float64, device=u.device)
+    base = _offset(torch.zeros_like(u), neg, rows, bins).to(torch.int64)
+    floor = u.floor()
+    f = u - floor
+    k = floor.to(torch.int64).clamp_(0, bins - 1)  # NaN: see above
+    for j in range(1 - width, width + 1):
+        tap = (1 - (f - j).abs_() / width) / width
+        tap = tap if mass is None else tap.mul_(mass)
+        hist.scatter_add_(0, ((k + j).clamp_(0, bins - 1) + base).view(-1), tap.view(-1))
+    return hist, base
+
+
+def _tap_adjoint(u: Tensor, base: Tensor, adj: Tensor, bins: int, width: int) -> Tensor:
+    """``dL/du`` of every element of a ``width > 1`` kernel: ``adj`` holds ``dL/dhist``."""
+    floor = u.floor()
+    f = u - floor
+    k = floor.to(torch.int64)
+    grad = torch.zeros_like(u)
+    for j in range(1 - width, width + 1):
+        slope = torch.sign(f - j).neg_() / (width * width)
+        grad += adj.index_select(0, ((k + j).clamp_(0, bins - 1) + base).view(-1)).view(u.shape) * slope
+    return grad
+
+
+def _reverse_cumsum(h: Tensor) -> Tensor:
+    return h.flip(-1).cumsum(-1).flip(-1)
+
+
+class SoftCurve(torch.autograd.Function):
+    """``(TP, FP, P, N)`` of validated scores, with the ``O(n + T)`` backward."""
+
+    @staticmethod
+    def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relax: CurveRelaxation,
+                from_logits: bool, hard: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        in_dtype = s.dtype
+        work = torch.promote_types(in_dtype, torch.float32)
+        s = s.to(work)
+        rows, bins, width = (s.shape[1] if s.dim() == 2 else 1), relax.bins, int(relax.width)
+        u, d, scale = _positions(s, relax, from_logits)
+        w = None if w is None else w.to(work)
+        w64 = None if w is None else w.to(torch.float64)
+        if hard:
+            hist, idx = _histogram(u, y.logical_not(), w64, rows, bins, width)
+        else:  # soft labels: each element once as a positive of mass y w, once as a negative
+            y64 = y.to(torch.float64)
+            mass = torch.cat((y64, 1 - y64) if w64 is None else (y64 * w64, (1 - y64) * w64))
+            neg = torch.cat((torch.zeros_like(y, dtype=torch.bool), torch.ones_like(y, dtype=torch.bool)))
+            hist, idx = _histogram(torch.cat((u, u)), neg, mass, rows, bins, width)
+        if not bool(torch.isfinite(hist).all()):
+            raise MetricError("scores hold NaN (or, as probabilities, infinite) values; the curve cannot "
+                              "be formed (check the model's outputs)")
+        curve = _reverse_cumsum(hist.view(2, rows, bins))
+        if s.dim() == 1:
+            curve = curve.squeeze(1)
+        tp, fp = curve.unbind(0)
+        pos, neg = tp[..., 0].clone(), fp[..., 0].clone()
+        ctx.mark_non_differentiable(pos, neg)
+        ctx.meta, ctx.shape = (in_dtype, work, scale, bins, width, hard), s.shape
+        ctx.save_for_backward(idx, d, w, y if not hard else None, u if width > 1 else None)
+        return tp, fp, pos, neg
+
+    @staticmethod
+    def backward(ctx: Any, g_tp: Tensor, g_fp: Tensor, _gp: Tensor, _gn: Tensor) -> tuple[Tensor | None, ...]:
+        idx, d, w, y, u = ctx.saved_tensors
+        in_dtype, work, scale, bins, width, hard = ctx.meta
+        g = torch.stack((g_tp, g_fp)).to(torch.float64).reshape(-1)
+        shape = ctx.shape
+        n = shape[0]
+        if width == 1:
+            # d hist[k] / du = -1, d hist[k+1] / du = +1, and dL/dhist = cumsum(g) per row:
+            # their difference is g at k + 1, read from g shifted by one.
+            # (the grid spacing's 1/h is folded into the T-sized table)
+            shifted = torch.cat((g[1:], g.new_zeros(1))).mul_(scale).to(work)
+            grad = shifted.index_select(0, idx).view(-1, *shape[1:])
+        else:
+            adj = g.view(-1, bins).cumsum(-1).view(-1).mul_(scale)
+            grad = _tap_adjoint(u if hard else torch.cat((u, u)), idx, adj, bins, width).to(work)
+        if not hard:  # the positives' half weighted by y, the negatives' by 1 - y
+            grad = torch.lerp(grad[n:], grad[:n], y.to(work))
+        if d is not None:
+            grad = grad.mul_(d)
+        if w is not None:
+            grad = grad.mul_(w)
+        return grad.to(in_dtype), None, None, None, None, None
+
+
+def _curve_inputs(scores: Any, target: Any, weight: Any, from_logits: Any
+                  ) -> tuple[Tensor, Tensor, Tensor | None, bool]:
+    """Checked ``(scores, target, weight, hard)``; ``hard``: the labels are all 0 or 1."""
+    if not isinstance(from_logits, bool):
+        raise MetricError(f"from_logits must be True or False, got {from_logits!r}")
+    if not isinstance(scores, Tensor) or not scores.is_floating_point():
+        raise MetricError(f"scores must be a floating-point tensor, got "
+                          f"{getattr(scores, 'dtype', type(scores).__name__)}")
+    if scores.dim() not in (1, 2):
+        raise MetricError(f"scores must be (N,) for one curve or (N, C) for one curve per column "
+                          f"(multilabel, one-vs-rest), got shape {tuple(scores.shape)}; flatten "
+                          "or reshape them")
+    if not isinstance(target, Tensor) or target.shape != scores.shape or target.is_complex():
+        raise MetricError(f"target must be a tensor of the scores' shape {tuple(scores.shape)}, got "
+                          f"{tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__}")
+    target = target.detach()
+    empty = scores.numel() == 0
+    if not empty and target.dtype != torch.bool:
+        lo, hi = torch.aminmax(target)
+        if not (bool(lo >= 0) and bool(hi <= 1)):
+            raise MetricError(f"target must hold labels in [0, 1] (1 = positive), found values in "
+                              f"[{float(lo)}, {float(hi)}]")
+    hard = not target.is_floating_point() or empty or bool(((target == 0) | (target == 1)).all())
+    if not from_logits and not empty:
+        lo, hi = torch.aminmax(scores.detach())
+        if not (bool(lo >= 0) and bool(hi <= 1)):
+            raise MetricError(f"with from_logits=False scores must be probabilities in [0, 1], found "
+                              f"[{float(lo)}, {float(hi)}]; pass from_logits=True for logits")
+    if weight is not None:
+        if not isinstance(weight, Tensor) or not weight.is_floating_point() or (
+                weight.shape != scores.shape and weight.shape != scores.shape[:1]):
+            raise MetricError(f"weight must be a floating-point tensor of shape {tuple(scores.shape)} or "
+                              f"{tuple(scores.shape[:1])} (one weight per sample), got "
+                              f"{getattr(weight, 'shape', type(weight).__name__)}")
+        weight = weight.detach()
+        if not empty:
+            lo, hi = torch.aminmax(weight)
+            if not (bool(lo >= 0) and bool(hi < math.inf)):
+                raise MetricError("weight must be finite and >= 0, found values in "
+                                  f"[{float(lo)}, {float(hi)}]")
+        if weight.shape != scores.shape:
+            weight = weight.unsqueeze(1).expand_as(scores).contiguous()
+    return scores, target, weight, hard
+
+
+def soft_curve(scores: Tensor, target: Tensor, weight: Tensor | None = None, *,
+               relax: CurveRelaxation | None = None, from_logits: bool
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The soft curve ``(TP, FP, P, N)`` of ``scores`` against labels ``target``, float64.
+
+    ``scores`` ``(N,)`` give ``TP, FP`` of shape ``(T,)``; ``(N, C)`` (multilabel or
+    one-vs-rest columns, labels ``(N, C)``) give ``(C, T)``. ``TP[..., k]`` is the soft
+    weight of positives scoring at or above threshold ``k`` (non-increasing in ``k``;
+    ``TP[..., 0] = P``). Labels may be soft (in ``[0, 1]``). ``weight``: per element or
+    per sample (``(N,)``). Differentiable in ``scores``.
+
+    >>> s = torch.tensor([0.1, 0.4, 0.35, 0.8], dtype=torch.float64, requires_grad=True)
+    >>> tp, fp, p, n = soft_curve(s, torch.tensor([0, 0, 1, 1]), relax=CurveRelaxation(bins=5),
+    ...                           from_logits=False)
+    >>> [round(v, 6) for v in tp.tolist()], [round(v, 6) for v in fp.tolist()]
+    ([2.0, 2.0, 1.4, 1.0, 0.2], [2.0, 1.4, 0.6, 0.0, 0.0])
+    """
+    relax = CurveRelaxation() if relax is None else relax
+    if not isinstance(relax, CurveRelaxation):
+        raise MetricError(f"relax must be a CurveRelaxation, got {type(relax).__name__}")
+    s, y, w, hard = _curve_inputs(scores, target, weight, from_logits)
+    return SoftCurve.apply(s, y, w, relax, from_logits, hard)
+
+
+def _pack_curve(curve: tuple[Tensor, ...]) -> Tensor:
+    tp, fp, pos, neg = curve
+    return torch.cat((tp, fp, pos.unsqueeze(-1), neg.unsqueeze(-1)), -1)
+
+
+def _unpack_curve(c: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    bins = (c.shape[-1] - 2) // 2
+    return c[..., :bins], c[..., bins:2 * bins], c[..., 2 * bins], c[..., 2 * bins + 1]
+
+
+def sync_curve(curve: tuple[Tensor, ...], process_group: Any = None, *, differentiable: bool = True
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(TP, FP, P, N)`` summed over the ranks of ``process_group``: one all-reduce of
+    ``2 T + 2`` numbers per curve. Differentiable, the backward sums every rank's incoming
+    gradient (as :func:`sync_counts`): each rank's loss is the global one, so DDP's average
+    of the ranks' parameter gradients is the global metric's gradient.
+
+    >>> one = (torch.ones(3, dtype=torch.float64),) * 2 + (torch.tensor(1.0, dtype=torch.float64),) * 2
+    >>> sync_curve(one)[0].tolist()  # one process: as it is
+    [1.0, 1.0, 1.0]
+    """
+    return _unpack_curve(sync_counts(_pack_curve(curve), process_group, differentiable=differentiable))
+
+
+class CurvePool(CountPool):
+    """:class:`CountPool` for soft curves: ``(TP, FP, P, N)`` summed over ranks under
+    ``sync_dist`` and remembered over batches with ``memory_decay`` (float64 memory; the
+    gradient flows through the current batch only).
+
+    >>> pool = CurvePool(sync_dist=False, process_group=None, memory_decay=0.5)
+    >>> batch = (torch.full((2,), 2.0, dtype=torch.float64),) * 2 + (torch.tensor(2.0, dtype=torch.float64),) * 2
+    >>> _ = pool(batch)
+    >>> pool(batch)[0].tolist()  # this batch plus half the remembered one
+    [3.0, 3.0]
+    """
+
+    def forward(self, curve: tuple[Tensor, ...], differentiable: bool = True  # type: ignore[override]
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        (c,) = super().forward((_pack_curve(curve),), differentiable)
+        return _unpack_curve(c)
+
+
+def curve_pool(sync_dist: bool = False, process_group: Any = None, memory_decay: float | None = None
+               ) -> CurvePool | None:
+    """A checked :class:`CurvePool`, or ``None`` when neither option is asked for."""
+    pool = count_pool(sync_dist, process_group, memory_decay, "global")
+    return None if pool is None else CurvePool(pool.sync_dist, pool.process_group, pool.memory_decay)
