@@ -370,10 +370,8 @@ def test_check_says_whether_each_constraint_can_be_met() -> None:
 
 
 def test_standalone_files_refuse_constraints_rather_than_drop_them() -> None:
-    from metricc.emit.standalone import emit_standalone
-
     with pytest.raises(metricc.MetricError, match="do not carry constraints"):
-        emit_standalone(metricc.compile("precision subject to recall >= 0.9"))
+        metricc.compile("precision subject to recall >= 0.9").standalone()
 
 
 def test_benchmark_smoke_run(tmp_path: Path) -> None:

@@ -151,10 +151,8 @@ def test_nonnegative_bases_are_accepted(text: str) -> None:
 @pytest.mark.parametrize("name", ["super", "float", "isinstance", "bool", "dist", "MetricLoss",
                                   "metric_value", "x0", "torch"])
 def test_class_names_cannot_shadow_what_the_file_uses(name: str) -> None:
-    from metricc.emit.standalone import emit_standalone
-
     with pytest.raises(metricc.MetricError, match="choose another"):
-        emit_standalone(metricc.compile("f1"), name)
+        metricc.compile("f1").standalone(name)
 
 
 def test_standalone_bytes_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
