@@ -222,7 +222,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise UsageError("give the relaxation with --relaxation, not --option")
     # No --relaxation: the loss class's own default (softmax for mode=multiclass and K x K
     # metrics, else anyloss), as Metric.loss() without one.
-    source = m.standalone(args.name, args.relaxation, **options)
+    from .standalone_file import standalone_source
+
+    source = standalone_source(m, args.name, args.relaxation, **options)
     if args.output in (None, "-"):
         sys.stdout.write(source)
     else:

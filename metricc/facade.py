@@ -302,12 +302,3 @@ class Metric(CountsScoring, ConstraintMethods):
         from .verify.counts import verify
 
         return verify(self, derivatives=derivatives, **options)
-
-    def standalone(self, class_name: str | None = None, relaxation: str | None = None, *,
-                   warn_monotonicity: bool = True, **defaults: Any) -> str:
-        """Source of one module (needs only torch) holding this metric's loss class, as
-        ``metricc compile`` writes it: :func:`metricc.standalone_file.standalone_source`."""
-        from .standalone_file import standalone_source
-
-        return standalone_source(self, class_name, relaxation,
-                                 warn_monotonicity=warn_monotonicity, **defaults)

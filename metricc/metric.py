@@ -14,7 +14,6 @@ from functools import lru_cache
 from typing import Any
 
 from .analysis.statistics import analysis_errors, statistic_of
-from .emit.loss_class import rebuild_loss_class
 from .errors import MetricError, MissingParameterError, suggest_all
 from .facade import Metric
 from .language.parse import Formula, check_single_identifier, known_names, parse
@@ -112,6 +111,8 @@ def _rebuild_loss_class(recipe: tuple[Any, ...]) -> type[Any]:
     ``recipe`` is a metric's ``_recipe``; pickles written before recipes existed hold
     ``compile``'s arguments instead.
     """
+    from .emit.loss_class import rebuild_loss_class  # emit imports torch: not at import time
+
     if callable(recipe[0]):
         return rebuild_loss_class(recipe)
     return _rebuild_metric(*recipe).loss_class

@@ -22,6 +22,7 @@ import torch
 import metricc
 from metricc.language.limits import MAX_ARGS, MAX_CALL_NESTING, MAX_TOKENS
 from metricc.language.parse import parse
+from metricc.standalone_file import standalone_source
 
 #: Seconds of CPU time for compile + check + loss + verify of any accepted formula.
 BUDGET = 10.0
@@ -152,7 +153,7 @@ def test_nonnegative_bases_are_accepted(text: str) -> None:
                                   "metric_value", "x0", "torch"])
 def test_class_names_cannot_shadow_what_the_file_uses(name: str) -> None:
     with pytest.raises(metricc.MetricError, match="choose another"):
-        metricc.compile("f1").standalone(name)
+        standalone_source(metricc.compile("f1"), name)
 
 
 def test_standalone_bytes_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
