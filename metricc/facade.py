@@ -47,12 +47,10 @@ __all__ = ["Loss", "Metric"]
 
 class Loss(Protocol):
     """What every ``Metric.loss()`` returns (``MetricLoss``, ``ConstrainedLoss``, ``MatrixLoss``):
-    a ``torch.nn.Module`` called as ``loss(input, target, weight=None)``."""
+    a ``torch.nn.Module`` called as ``loss(input, target)`` (2x2 and K x K losses also take
+    ``weight=``), with a memory of past batches that ``reset_memory()`` empties."""
 
-    formula: str
-    higher_is_better: bool
-
-    def __call__(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor: ...
+    def __call__(self, input: Tensor, target: Tensor) -> Tensor: ...
 
     def reset_memory(self) -> None: ...
 

@@ -251,7 +251,7 @@ class MatrixMetric(Metric):
         >>> qwk = metricc.compile("quadratic_kappa").metric(num_classes=3)
         >>> qwk.update(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 2, 2, 1]))
         >>> round(float(qwk.compute()), 4)
-        0.6
+        0.6364
         """
         k = num_classes if num_classes is not None else self.num_classes
         if k is None:
