@@ -142,10 +142,7 @@ def _matrix_grad(m: Any, latex: bool) -> int:
     return EXIT_OK
 
 
-def cmd_grad(args: argparse.Namespace) -> int:
-    m = _compile(args)
-    if getattr(m, "is_matrix", False):
-        return _matrix_grad(m, args.latex)
+def _counts_grad(m: Any, latex: bool) -> int:
     import sympy
 
     from .analysis.counts import simplify
@@ -154,7 +151,7 @@ def cmd_grad(args: argparse.Namespace) -> int:
     g1, g0 = simplify(d["TP"] - d["FN"]), simplify(d["FP"] - d["TN"])
     rows = [("f", m.expr), *((f"df/d{k}", d) for k, d in m.gradient.items()),
             ("g1 = df/dTP - df/dFN", g1), ("g0 = df/dFP - df/dTN", g0)]
-    if args.latex:
+    if latex:
         names = {s: rf"\mathrm{{{s.name}}}" for s in m.expr.free_symbols | set(
             sym for _, e in rows for sym in e.free_symbols)}
         labels = {"f": "f", **{f"df/d{k}": rf"\frac{{\partial f}}{{\partial \mathrm{{{k}}}}}"
@@ -168,6 +165,16 @@ def cmd_grad(args: argparse.Namespace) -> int:
     for label, e in rows:
         print(f"{label.ljust(width)} = {e}")
     return EXIT_OK
+
+
+#: How ``metricc grad`` prints each statistic's derivatives (keys of ``STATISTICS``).
+GRAD_PRINTERS: dict[str, Callable[[Any, bool], int]] = {"counts": _counts_grad,
+                                                         "matrix": _matrix_grad}
+
+
+def cmd_grad(args: argparse.Namespace) -> int:
+    m = _compile(args)
+    return GRAD_PRINTERS[m.statistic.name](m, args.latex)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -201,27 +208,23 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"verification: FAILED\n{e}")
         return EXIT_PROBLEM
     print(verification)
-    ok = bool(getattr(verification, "ok", True))
-    # K x K reports (MatrixCheckReport) decide their direction in wrong_way() alone.
-    trains = getattr(report, "depends_on_predictions", True) and not report.wrong_way()
-    return EXIT_OK if ok and trains else EXIT_PROBLEM
+    # Every statistic's check report says depends_on_predictions and wrong_way().
+    trains = report.depends_on_predictions and not report.wrong_way()
+    return EXIT_OK if verification.ok and trains else EXIT_PROBLEM
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .emit.standalone import emit_standalone
-
     m = _compile(args)
     options = {k: _option_value(v) for k, v in _pairs(args.option, "--option")}
     if args.from_logits:
         options["from_logits"] = True
     if "relaxation" in options:
         raise UsageError("give the relaxation with --relaxation, not --option")
-    if getattr(m, "is_matrix", False):
-        from .emit.matrix_standalone import emit_matrix_standalone
+    # No --relaxation: the loss class's own default (softmax for mode=multiclass and K x K
+    # metrics, else anyloss), as Metric.loss() without one.
+    from .standalone_file import standalone_source
 
-        source = emit_matrix_standalone(m, args.name, args.relaxation or "softmax", **options)
-    else:
-        source = emit_standalone(m, args.name, args.relaxation or "anyloss", **options)
+    source = standalone_source(m, args.name, args.relaxation, **options)
     if args.output in (None, "-"):
         sys.stdout.write(source)
     else:

@@ -28,8 +28,8 @@ from .errors import MetricError, MetricSyntaxError
 from .language.parse import Formula, ParsedConstraint, parse_constraint
 from .language.symbols import COUNTS
 
-__all__ = ["Constraint", "ConstraintCheck", "ConstraintsCheckReport", "build_constraints",
-           "check_constraint"]
+__all__ = ["Constraint", "ConstraintCheck", "ConstraintMethods", "ConstraintsCheckReport",
+           "build_constraints", "check_constraint", "constrained_loss", "verify_constraints"]
 
 #: ``(formula, higher_is_better) -> compiled metric``: how a constraint's side is compiled.
 MetricFactory = Callable[[Formula, bool], Any]
@@ -229,3 +229,94 @@ class ConstraintsCheckReport:
         lines = [str(self.objective), "constraints:"]
         lines += [f"  {c}" for c in self.constraints]
         return "\n".join(lines)
+
+
+class ConstraintMethods:
+    """The constraint half of :class:`metricc.Metric` (``docs/constraints.md``).
+
+    A mixin: it reads ``constraints``, ``formula``, ``parameters``, ``name`` and
+    ``higher_is_better`` of the metric, and builds metrics of the metric's own class.
+    """
+
+    constraints: tuple[Constraint, ...]
+    _plain: Any
+
+    def parse_constraints(self, texts: Iterable[str]) -> tuple[Constraint, ...]:
+        """``["recall >= 0.9", ...]`` as :class:`metricc.constraints.Constraint` objects.
+
+        >>> import metricc
+        >>> c, = metricc.compile("f1").parse_constraints(["fpr <= 0.05"])
+        >>> c.metric.expr, c.op, c.bound
+        (FP/(FP + TN), '<=', 0.05)
+        """
+        cls: Any = type(self)
+        return build_constraints(None, texts, lambda f, hib: cls(f, {}, None, hib))
+
+    def constraint_scores(self, preds: Any, target: Any, threshold: float = 0.5) -> dict[str, float]:
+        """Each constraint's metric on hard predictions ``preds >= threshold`` (``nan``
+        where it is undefined, e.g. recall without positives).
+
+        >>> import metricc
+        >>> m = metricc.compile("precision subject to recall >= 0.9")
+        >>> m.constraint_scores([0.9, 0.8, 0.3, 0.1], [1, 1, 1, 0])
+        {'recall >= 0.9': 0.6666666666666666}
+        """
+        return {c.text: c.metric.score(preds, target, threshold, zero_division=math.nan)
+                for c in self.constraints}
+
+    def feasible(self, preds: Any, target: Any, threshold: float = 0.5) -> bool:
+        """Whether every constraint holds on hard predictions ``preds >= threshold``."""
+        scores = self.constraint_scores(preds, target, threshold)
+        return all(c.satisfied(scores[c.text]) for c in self.constraints)
+
+    def _objective(self) -> Any:
+        """This metric without its constraints (sharing the generated kernels).
+
+        Built once: each ``loss()`` would otherwise analyse the formula again and build
+        (and ``torch.compile`` trace) a loss class of its own.
+        """
+        if self._plain is None:
+            m: Any = self
+            plain = type(self)(m.formula, m.parameters, m.name, m.higher_is_better)  # type: ignore[call-arg]
+            plain._loss_class, plain._kernels_source = m.loss_class, m.kernels_source
+            self._plain = plain
+        return self._plain
+
+
+def constrained_loss(metric: Any, relaxation: str | None, warn_monotonicity: bool,
+                     options: dict[str, Any]) -> Any:
+    """``metric.loss()`` with constraints: a :class:`~metricc.runtime.constrained.ConstrainedLoss`."""
+    import warnings
+
+    from .errors import MetricWarning
+    from .runtime.constrained import ConstrainedLoss, ConstraintSpec
+
+    keys = ("multiplier_lr", "penalty", "max_multiplier", "multiplier_rates")
+    multiplier_options = {k: options.pop(k) for k in keys if k in options}
+    objective = metric._objective().loss(relaxation, warn_monotonicity=warn_monotonicity,
+                                         **options)
+    if warn_monotonicity:
+        for why in metric.check().unmet().values():
+            warnings.warn(f"constraint {why}", MetricWarning, stacklevel=3)
+    specs = [ConstraintSpec(c.text, c.metric.loss_class, c.op, c.bound)
+             for c in metric.constraints]
+    return ConstrainedLoss(objective, specs, **multiplier_options)
+
+
+def verify_constraints(metric: Any, derivatives: Any, options: dict[str, Any]) -> Any:
+    """``metric.verify()`` with constraints: the objective's checks and every constraint's."""
+    import dataclasses
+
+    from .errors import VerificationError
+    from .verify.counts import verify
+
+    raise_on_failure = options.pop("raise_on_failure", True)
+    report = verify(metric._objective(), derivatives=derivatives, raise_on_failure=False,
+                    **options)
+    for c in metric.constraints:
+        sub = verify(c.metric, raise_on_failure=False, **options)
+        report.checks += [dataclasses.replace(k, name=f"constraint {c.text}: {k.name}")
+                          for k in sub.checks]
+    if raise_on_failure and not report.ok:
+        raise VerificationError(str(report))
+    return report

@@ -16,6 +16,7 @@ import torch
 from sklearn.metrics import precision_score, recall_score
 
 import metricc
+from metricc.standalone_file import standalone_source
 
 # ------------------------------------------------------------------------------ API
 
@@ -370,10 +371,8 @@ def test_check_says_whether_each_constraint_can_be_met() -> None:
 
 
 def test_standalone_files_refuse_constraints_rather_than_drop_them() -> None:
-    from metricc.emit.standalone import emit_standalone
-
     with pytest.raises(metricc.MetricError, match="do not carry constraints"):
-        emit_standalone(metricc.compile("precision subject to recall >= 0.9"))
+        standalone_source(metricc.compile("precision subject to recall >= 0.9"))
 
 
 def test_benchmark_smoke_run(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import torch
 import metricc
 from metricc.language.limits import MAX_ARGS, MAX_CALL_NESTING, MAX_TOKENS
 from metricc.language.parse import parse
+from metricc.standalone_file import standalone_source
 
 #: Seconds of CPU time for compile + check + loss + verify of any accepted formula.
 BUDGET = 10.0
@@ -151,10 +152,8 @@ def test_nonnegative_bases_are_accepted(text: str) -> None:
 @pytest.mark.parametrize("name", ["super", "float", "isinstance", "bool", "dist", "MetricLoss",
                                   "metric_value", "x0", "torch"])
 def test_class_names_cannot_shadow_what_the_file_uses(name: str) -> None:
-    from metricc.emit.standalone import emit_standalone
-
     with pytest.raises(metricc.MetricError, match="choose another"):
-        emit_standalone(metricc.compile("f1"), name)
+        standalone_source(metricc.compile("f1"), name)
 
 
 def test_standalone_bytes_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
@@ -400,8 +399,7 @@ def test_linecache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(emit, "LINECACHE_SIZE", 3)
     for i in range(6):
-        emit.build_loss_class(metricc.compile(f"TP/(TP + {i + 11}*FP)").kernels_source, None,
-                              "f", sympy.Integer(0), True)
+        assert metricc.compile(f"TP/(TP + {i + 11}*FP)").loss_class.source
     assert len(emit._LINECACHE_KEYS) == 3
     assert all(k in linecache.cache for k in emit._LINECACHE_KEYS)
 

@@ -360,7 +360,7 @@ def test_verify_passes_and_catches_a_wrong_kernel() -> None:
     report = m.verify()
     assert report.ok and any("proved equal" in c.how for c in report.checks)
     broken = metricc.compile("quadratic_kappa", higher_is_better=True)
-    broken._source = m.kernels_source.replace("(a - b)**2", "(a - b)**3")
+    broken._kernels_source = m.kernels_source.replace("(a - b)**2", "(a - b)**3")
     with pytest.raises(VerificationError, match="differs"):
         broken.verify(numeric=False)
 
@@ -425,7 +425,9 @@ def test_matrix_metric_pickles_and_refuses_what_does_not_apply() -> None:
     back = pickle.loads(pickle.dumps(m))
     assert back.score([0, 1, 1], [1, 1, 0], num_classes=2) == m.score([0, 1, 1], [1, 1, 0],
                                                                        num_classes=2)
-    with pytest.raises(MetricError, match="not available yet"):
-        m.metric()
+    # issue 24: K x K metrics now have metric(), a torchmetrics Metric on hard labels
+    stateful = m.metric(num_classes=2)
+    stateful.update(torch.tensor([0, 1, 1]), torch.tensor([1, 1, 0]))
+    assert float(stateful.compute()) == m.score([0, 1, 1], [1, 1, 0], num_classes=2)
     with pytest.raises(MetricError, match="argmax"):
         m.best_threshold()

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import metricc
-from metricc.emit.standalone import default_class_name, emit_standalone
 from metricc.runtime.loss import MetricLoss
+from metricc.standalone_file import standalone_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for i, (formula, kw, name, relaxation, options, kind) in enumerate(CASES):
         m = metricc.compile(formula, **kw)
         path = tmp / f"loss_{i}.py"
-        path.write_text(emit_standalone(m, name, relaxation, warn_monotonicity=False, **options),
+        path.write_text(standalone_source(m, name, relaxation, warn_monotonicity=False, **options),
                         encoding="utf-8")
         x, y = _inputs(kind, i)
         torch.save({"x": x, "y": y}, tmp / f"in_{i}.pt")
@@ -184,7 +184,7 @@ def test_user_text_is_only_data(generated: dict[str, Any]) -> None:
 
 def test_docstring_has_formula_simplified_form_and_partials() -> None:
     m = metricc.compile("f1")
-    doc = ast.get_docstring(ast.parse(emit_standalone(m)))
+    doc = ast.get_docstring(ast.parse(standalone_source(m)))
     assert doc is not None
     assert "    f1\n" in doc and f"Simplified: {m.expr}" in doc
     for k, d in m.gradient.items():
@@ -195,14 +195,14 @@ def test_docstring_has_formula_simplified_form_and_partials() -> None:
 DETERMINISM = r'''
 import sys
 import metricc
-from metricc.emit.standalone import emit_standalone
+from metricc.standalone_file import standalone_source
 for f in ("f1", "mcc", "prevalence_threshold", sys.argv[1]):
-    sys.stdout.write(emit_standalone(metricc.compile(f), warn_monotonicity=False))
+    sys.stdout.write(standalone_source(metricc.compile(f), warn_monotonicity=False))
 '''
 
 
 def test_same_input_same_bytes() -> None:
-    here = "".join(emit_standalone(metricc.compile(f), warn_monotonicity=False)
+    here = "".join(standalone_source(metricc.compile(f), warn_monotonicity=False)
                    for f in ("f1", "mcc", "prevalence_threshold", NASTY))
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", DETERMINISM, NASTY], env=env,
@@ -213,9 +213,11 @@ def test_same_input_same_bytes() -> None:
 
 def test_default_and_chosen_options() -> None:
     m = metricc.compile("balanced_accuracy")
-    assert default_class_name(m) == "BalancedAccuracyLoss"
-    assert default_class_name(metricc.compile("TP/(TP+FP)")) == "CustomMetricLoss"
-    src = emit_standalone(m, relaxation="linear", reduction="sum", eps=1e-6)
+    # one class-name rule: the standalone class is named as the in-process one
+    assert m.loss_class.__name__ == "BalancedAccuracyLoss"
+    assert metricc.compile("TP/(TP+FP)").loss_class.__name__ == "CustomMetricLoss"
+    assert "class BalancedAccuracyLoss(MetricLoss):" in standalone_source(m)
+    src = standalone_source(m, relaxation="linear", reduction="sum", eps=1e-6)
     assert 'relaxation: str | None = "linear",' in src and 'reduction: str = "sum",' in src
     assert "eps: float = 1e-06," in src and "amplifier: float = 73.0," in src
 
@@ -233,11 +235,11 @@ def test_default_and_chosen_options() -> None:
 ])
 def test_bad_names_and_options(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(metricc.MetricError, match=match):
-        emit_standalone(metricc.compile("f1"), **kwargs)
+        standalone_source(metricc.compile("f1"), **kwargs)
 
 
 def test_runtime_must_stay_torch_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import metricc.emit.standalone as sa
+    import metricc.emit.runtime_source as sa
 
     bad = tmp_path / "bad.py"
     for text in ('"""doc"""\nimport torch\nfrom ..parse import COUNTS\n',  # not pasted
@@ -247,18 +249,18 @@ def test_runtime_must_stay_torch_only(tmp_path: Path, monkeypatch: pytest.Monkey
         monkeypatch.setattr(sa, "SOURCES", (*sa.SOURCES[:2], ("metricc.runtime.bad", bad),
                                             *sa.SOURCES[2:]))
         with pytest.raises(RuntimeError, match="must stay torch-only"):
-            emit_standalone(metricc.compile("f1"))
+            standalone_source(metricc.compile("f1"))
     bad.write_text('"""doc"""\ndef relax():\n    pass\n')  # a name another module defines
     monkeypatch.setattr(sa, "SOURCES", (*sa.SOURCES, ("metricc.runtime.bad", bad)))
     with pytest.raises(RuntimeError, match="defined in both"):
-        emit_standalone(metricc.compile("f1"))
+        standalone_source(metricc.compile("f1"))
 
 
 def test_standalone_raises_its_own_metric_error(tmp_path: Path) -> None:
     import importlib.util
 
     path = tmp_path / "f1_loss.py"
-    path.write_text(emit_standalone(metricc.compile("f1")), encoding="utf-8")
+    path.write_text(standalone_source(metricc.compile("f1")), encoding="utf-8")
     spec = importlib.util.spec_from_file_location("f1_loss_errors", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -31,7 +31,7 @@ from ..language.symbols import EPS, A, B, C, K, Present
 
 # --- guard and derivatives -------------------------------------------------------------------
 
-def _positive_fallback(e: sympy.Add) -> bool:
+def positive_fallback(e: sympy.Add) -> bool:
     """Sums that are >= 0 though not term by term: ``1 - delta(i, j)``, ``1 - present(x)``,
     and ``x + 1 - present(x)`` with ``x >= 0`` (``x`` where it is positive, else 1: the
     denominator that leaves absent classes out of a mean, as balanced accuracy does).
@@ -46,12 +46,12 @@ def _positive_fallback(e: sympy.Add) -> bool:
         if isinstance(a, sympy.Mul) and a.args == (-1, a.args[1]) and \
                 isinstance(a.args[1], Present):
             x = a.args[1].args[0]
-            if args == {sympy.S.One, a, x} and _nonnegative(x):
+            if args == {sympy.S.One, a, x} and is_nonnegative(x):
                 return True
     return False
 
 
-def _nonnegative(e: sympy.Expr) -> bool:
+def is_nonnegative(e: sympy.Expr) -> bool:
     """``e >= 0`` for every nonnegative matrix, by structure (``False``: not shown)."""
     if e.is_number:
         return bool(e.is_extended_real and e >= 0)
@@ -59,14 +59,14 @@ def _nonnegative(e: sympy.Expr) -> bool:
         return e.base == C
     if isinstance(e, sympy.Symbol):
         return bool(e.is_nonnegative)
-    if isinstance(e, sympy.Add) and _positive_fallback(e):
+    if isinstance(e, sympy.Add) and positive_fallback(e):
         return True
     if isinstance(e, (sympy.Add, sympy.Mul)):
-        return all(_nonnegative(a) for a in e.args)
+        return all(is_nonnegative(a) for a in e.args)
     if isinstance(e, sympy.Pow):
-        return _nonnegative(e.base) or bool(e.exp.is_even)
+        return is_nonnegative(e.base) or bool(e.exp.is_even)
     if isinstance(e, Sum):
-        return _nonnegative(e.function)
+        return is_nonnegative(e.function)
     if isinstance(e, (sympy.Abs, Present, KroneckerDelta)):
         return True
     return bool(e.is_nonnegative)
@@ -93,8 +93,8 @@ def guard_matrix(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
         if isinstance(e, sympy.Pow):
             base, exp = args
             if not exp.is_number:
-                return sympy.Pow(base + eps, exp) if _nonnegative(e.base) else sympy.Pow(base, exp)
-            if exp.is_negative and exp.is_integer and not _nonnegative(e.base):
+                return sympy.Pow(base + eps, exp) if is_nonnegative(e.base) else sympy.Pow(base, exp)
+            if exp.is_negative and exp.is_integer and not is_nonnegative(e.base):
                 return sympy.Pow(base / (base**2 + eps**2), -exp)
             if exp.is_negative or not exp.is_integer:
                 return sympy.Pow(base + eps, exp)

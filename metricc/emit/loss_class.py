@@ -3,62 +3,112 @@
 from __future__ import annotations
 
 import builtins
+import importlib
 import inspect
 import linecache
+import threading
 import types
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
-import sympy
+from ..analysis.statistics import Statistic, resolve
+from .counts import emit_kernels
+from .matrix import emit_matrix_kernels
 
-from .counts import KERNEL_NAMES
+__all__ = ["KERNEL_EMITTERS", "build_loss_class", "loss_class_name", "loss_parameters",
+           "own_copy", "rebuild_loss", "rebuild_loss_class", "reduce_loss", "remember_source"]
 
-if TYPE_CHECKING:
-    from ..runtime.loss import MetricLoss
+#: The kernel writer of each statistic: ``(expr, matrix parameter names) -> source``.
+KERNEL_EMITTERS: dict[str, Any] = {
+    "counts": lambda expr, matrix_parameters: emit_kernels(expr),
+    "matrix": emit_matrix_kernels,
+}
 
 
-def loss_parameters() -> list[inspect.Parameter]:
-    """The options of :class:`MetricLoss`: its ``__init__`` parameters after ``self``.
+def loss_parameters(statistic: Statistic) -> list[inspect.Parameter]:
+    """The options of the statistic's runtime loss: its ``__init__`` parameters after ``self``.
 
     ``Metric.loss`` checks option names against them and standalone files copy
     them into their class's signature.
     """
-    from ..runtime.loss import MetricLoss
-
-    return list(inspect.signature(MetricLoss.__init__).parameters.values())[1:]
+    return list(inspect.signature(resolve(statistic.loss_class).__init__).parameters.values())[1:]
 
 
-def build_loss_class(kernels_source: str, name: str | None, formula: str, expr: sympy.Expr,
-                     higher_is_better: bool, micro_refusal: str = "") -> type[MetricLoss]:
-    """A :class:`MetricLoss` subclass holding the kernels of ``kernels_source``.
+def loss_class_name(name: str | None, statistic: Statistic) -> str:
+    """The one class-name rule, in process and in standalone files: ``F1Loss`` for ``f1``,
+    ``QuadraticKappaLoss`` for ``quadratic_kappa``, the statistic's ``unnamed_loss`` else.
 
-    ``kernels_source`` must come from :func:`emit_kernels`: it is executed.
-    ``micro_refusal`` (for metrics that use TN) is why multiclass micro-averaging is refused.
+    >>> from metricc.analysis.statistics import STATISTICS
+    >>> loss_class_name("balanced_accuracy", STATISTICS["counts"])
+    'BalancedAccuracyLoss'
+    >>> loss_class_name(None, STATISTICS["matrix"])
+    'CustomMatrixMetricLoss'
+    """
+    if not name:
+        return statistic.unnamed_loss
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_")) + "Loss"
+
+
+def build_loss_class(statistic: Statistic, kernels_source: str, class_name: str,
+                     attrs: Mapping[str, Any], recipe: tuple[Any, ...]) -> type:
+    """A subclass of the statistic's runtime loss holding the kernels of ``kernels_source``.
+
+    ``kernels_source`` must come from :data:`KERNEL_EMITTERS`: it is executed, with
+    ``torch`` and the statistic's ``kernel_helpers`` in its namespace. ``attrs`` are
+    further class attributes (``formula``, ``higher_is_better``, ...). ``recipe`` is
+    ``(function, args)`` that compiles the metric again: instances pickle (and
+    ``torch.save``) as the recipe plus their state (:func:`reduce_loss`).
     """
     import torch
 
-    from ..runtime.loss import MetricLoss
-
-    filename = remember_source(f"<metricc {abs(hash(kernels_source)):x}>", kernels_source)
-    namespace: dict[str, Any] = {"torch": torch}
+    base = resolve(statistic.loss_class)
+    runtime = importlib.import_module(statistic.loss_class.rpartition(".")[0])
+    filename = remember_source(f"<metricc {statistic.name} {abs(hash(kernels_source)):x}>",
+                               kernels_source)
+    namespace: dict[str, Any] = {"torch": torch,
+                                 **{k: getattr(runtime, k) for k in statistic.kernel_helpers}}
+    # The source is generated from validated SymPy trees only (metricc.emit).
     exec(builtins.compile(kernels_source, filename, "exec"), namespace)
-    attrs = {
-        **{k: staticmethod(namespace[k]) for k in KERNEL_NAMES},
-        "formula": formula,
+    body = {
+        **{k: staticmethod(namespace[k]) for k in statistic.kernel_names},
         "source": kernels_source,
-        "higher_is_better": higher_is_better,
-        "micro_refusal": micro_refusal,
         "__module__": "metricc.generated",
-        "__doc__": f"Loss for the metric {formula!r} = {expr}.",
+        **attrs,
+        # Generated classes live in no importable module, so pickle could not find them
+        # by name: their instances pickle as the metric's recipe plus their state.
+        "_metric_recipe": recipe,
+        "__reduce_ex__": reduce_loss,
+        # and the class itself, where a module holds it (a constraint's kernels)
+        "_class_recipe": (rebuild_loss_class, (recipe,)),
     }
-    class_name = ("".join(part.capitalize() for part in name.split("_")) + "Loss" if name
-                  else "CustomMetricLoss")
-    attrs["forward"] = own_copy(MetricLoss.forward, f"{class_name}.forward")
-    return type(class_name, (MetricLoss,), attrs)
+    # A forward of its own per class: torch.compile counts recompiles per code object.
+    body["forward"] = own_copy(base.forward, f"{class_name}.forward")
+    return type(class_name, (base,), body)
+
+
+def rebuild_loss_class(recipe: tuple[Any, ...]) -> type:
+    """Unpickle a generated loss class: its metric's (re)compiled ``loss_class``."""
+    function, args = recipe
+    return function(*args).loss_class
+
+
+def rebuild_loss(recipe: tuple[Any, ...]) -> Any:
+    """Unpickle a loss module: an empty instance of its metric's (re)compiled loss class;
+    pickle then restores its state (options, buffers, memory) with ``__setstate__``."""
+    cls = rebuild_loss_class(recipe)
+    return cls.__new__(cls)
+
+
+def reduce_loss(self: Any, protocol: int) -> tuple[Any, ...]:
+    """``__reduce_ex__`` of generated loss classes (pickle, ``copy.deepcopy``, ``torch.save``)."""
+    return (rebuild_loss, (type(self)._metric_recipe,), self.__dict__)
 
 
 #: Generated sources kept in ``linecache`` (the compile cache holds 256 metrics).
 LINECACHE_SIZE = 256
 _LINECACHE_KEYS: dict[str, None] = {}
+# Compiling in several threads at once: the bookkeeping below must not interleave.
+_LINECACHE_LOCK = threading.Lock()
 
 
 def remember_source(filename: str, source: str) -> str:
@@ -67,13 +117,15 @@ def remember_source(filename: str, source: str) -> str:
     linecache lets tracebacks and torch.compile show the generated lines; it keeps the
     latest LINECACHE_SIZE sources (like the compile cache), not one per formula forever.
     """
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    _LINECACHE_KEYS.pop(filename, None)
-    _LINECACHE_KEYS[filename] = None
-    while len(_LINECACHE_KEYS) > LINECACHE_SIZE:
-        oldest = next(iter(_LINECACHE_KEYS))
-        del _LINECACHE_KEYS[oldest]
-        linecache.cache.pop(oldest, None)
+    lines = source.splitlines(True)
+    with _LINECACHE_LOCK:
+        linecache.cache[filename] = (len(source), None, lines, filename)
+        _LINECACHE_KEYS.pop(filename, None)
+        _LINECACHE_KEYS[filename] = None
+        while len(_LINECACHE_KEYS) > LINECACHE_SIZE:
+            oldest = next(iter(_LINECACHE_KEYS))
+            del _LINECACHE_KEYS[oldest]
+            linecache.cache.pop(oldest, None)
     return filename
 
 

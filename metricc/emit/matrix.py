@@ -42,13 +42,13 @@ def _matrix_printer(axes: dict[str, int]) -> Any:
     class MatrixPrinter(MetricPrinter):
         def _print_Sum(self, expr: Sum) -> str:
             dims = tuple(axes[v.name] for v, _, _ in expr.limits)
-            return f"_sum({self._print(expr.function)}, {dims}, K)"
+            return f"mx_sum({self._print(expr.function)}, {dims}, K)"
 
         def _print_KroneckerDelta(self, expr: KroneckerDelta) -> str:
-            return f"_delta({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+            return f"mx_delta({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
         def _print_Present(self, expr: Present) -> str:
-            return f"_present({self._print(expr.args[0])})"
+            return f"mx_present({self._print(expr.args[0])})"
 
         def _print_Indexed(self, expr: Indexed) -> str:
             return "_".join([str(expr.base), *(self._print(i) for i in expr.indices)])
@@ -93,18 +93,18 @@ def _kernel(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]],
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s.name) or keyword.iskeyword(s.name):
             raise MetricError(f"internal: refusing to emit symbol {s.name!r}")
     args = ", ".join(["C", "eps", *matrix_params])
-    lines = [f"def {name}({args}):", f'    """{doc}"""', "    K = _num_classes(C)",
+    lines = [f"def {name}({args}):", f'    """{doc}"""', "    K = mx_size(C)",
              "    _zero = C.new_zeros(())"]
     for sym in names.values():
         if any(_uses_index(e, sym) for e in renamed):
-            lines.append(f"    {sym} = _index(C, {dims}, {axes[sym.name]})")
+            lines.append(f"    {sym} = mx_index(C, {dims}, {axes[sym.name]})")
     for sym, (base, i, j) in entries.items():
-        lines.append(f"    {sym} = _entry({base}, {dims}, {axes[i]}, {axes[j]})")
+        lines.append(f"    {sym} = mx_entry({base}, {dims}, {axes[i]}, {axes[j]})")
     for sym, e in temps:
         lines.append(f"    {sym} = {printer.doprint(e)}")
     outs = []
     for (out, _), e in zip(outputs, reduced, strict=True):
-        shaper = "_as_rows" if out == "value" else "_as_matrices"
+        shaper = "mx_rows" if out == "value" else "mx_matrices"
         lines.append(f"    {out} = {shaper}({printer.doprint(e)}, C, {dims})")
         outs.append(out)
     lines.append(f"    return {', '.join(outs)}")
@@ -128,7 +128,7 @@ def emit_matrix_kernels(expr: sympy.Expr, matrix_params: tuple[str, ...] = ()) -
 
     ``C`` is a float64 ``(R, K, K)`` batch of matrices; the kernels return the
     eps-guarded metric ``(R,)`` and its gradient ``d f / d C`` ``(R, K, K)``.
-    They call the helpers ``_sum``, ``_index``, ``_entry`` ... of :mod:`metricc.runtime.matrix`.
+    They call the helpers ``mx_sum``, ``mx_index``, ``mx_entry`` ... of :mod:`metricc.runtime.matrix`.
 
     >>> import metricc
     >>> print(emit_matrix_kernels(metricc.compile("sum(i, C[i,i]) / n").expr).splitlines()[0])

@@ -30,11 +30,12 @@ from ..errors import MetricError
 from ..runtime.averages import class_average_weights
 from ..runtime.options import MULTIDIM_AVERAGES, check_class_options, check_flag, select_classes
 from .counts import _multiclass, _multilabel
+from .matrix import hard_confusion_matrix
 
 #: A compiled :class:`metricc.Metric`; not imported, as metric.py imports this module.
 Metric = Any
 
-__all__ = ["ABSENT_CLASSES", "StatefulMetric"]
+__all__ = ["ABSENT_CLASSES", "MatrixStatefulMetric", "StatefulMetric"]
 
 #: Values of ``absent_classes``: how ``macro`` (and ``weighted``) averages treat a
 #: class with no target and no prediction (``TP + FP + FN = 0``).
@@ -263,3 +264,55 @@ def _zero_division(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise MetricError(f"zero_division must be a number, float('nan') or None, got {value!r}")
     return float(value)
+
+
+class MatrixStatefulMetric(_TorchMetric):
+    """A K x K metric on hard labels, accumulated over batches and ranks.
+
+    Built by :meth:`metricc.matrix_metric.MatrixMetric.metric`. Its one state is
+    the ``(K, K)`` hard confusion matrix (rows true, columns predicted), summed over
+    ``update()`` calls and over ranks (``dist_reduce_fx="sum"``); ``compute()``
+    evaluates ``value`` (the metric's exact value of a matrix) on it.
+    """
+
+    is_differentiable = False
+    full_state_update = False
+
+    def __init__(self, value: Any, formula: str, higher_is_better: bool, num_classes: int, *,
+                 ignore_index: int | None = None, zero_division: float | None = 0.0,
+                 validate_args: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+            raise MetricError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        if ignore_index is not None and (isinstance(ignore_index, bool)
+                                         or not isinstance(ignore_index, int)):
+            raise MetricError(f"ignore_index must be an integer, got {ignore_index!r}")
+        #: ``(K, K) matrix, zero_division -> float``: pickles with its metric (Metric.__reduce__).
+        self._value = value
+        self.formula = formula
+        object.__setattr__(self, "higher_is_better", higher_is_better)
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
+        self.zero_division = None if zero_division is None else _zero_division(zero_division)
+        self.validate_args = check_flag("validate_args", validate_args)
+        self.add_state("confmat", torch.zeros(num_classes, num_classes, dtype=torch.long),
+                       dist_reduce_fx="sum")
+
+    def extra_repr(self) -> str:
+        return f"{self.formula!r}, num_classes={self.num_classes}"
+
+    def update(self, preds: Tensor, target: Tensor) -> None:
+        """Add one batch: ``(N, K, *)`` scores (argmax) or ``(N, *)`` labels, ``(N, *)`` targets."""
+        if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
+            raise MetricError(f"preds and target must be tensors, got {type(preds).__name__} and "
+                              f"{type(target).__name__}")
+        if self.validate_args and preds.is_floating_point() and bool(torch.isnan(preds).any()):
+            raise MetricError("preds contain NaN; the model produced it upstream")
+        m = hard_confusion_matrix(preds, target, self.num_classes, self.ignore_index)
+        self.confmat = self.confmat + m.to(self.confmat.device).long()
+
+    def compute(self) -> Tensor:
+        """The metric of the matrix summed since the last ``reset()`` (a float64 scalar)."""
+        value = self._value(self.confmat.to(torch.float64), zero_division=self.zero_division)
+        return torch.tensor(value, dtype=torch.float64)
+

@@ -244,7 +244,7 @@ def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts,
 
     Raises :class:`MetricError` when none does.
     """
-    own = tuple(getattr(metric, "constraints", ()))
+    own = tuple(metric.constraints)
     if extra is not None:
         own += tuple(metric.parse_constraints(extra))
     if confidence is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import sympy
 from sympy import Indexed, IndexedBase, KroneckerDelta, Sum
@@ -71,6 +71,9 @@ class MatrixFormula:
     defaults: dict[str, Any] = field(default_factory=dict)
     #: Named metrics the formula uses (their parameter bounds apply).
     metrics: tuple[str, ...] = ()
+    #: The statistic the formula is over (a key of ``metricc.analysis.statistics.STATISTICS``).
+    statistic: ClassVar[str] = "matrix"
+    constraints: ClassVar[tuple[Any, ...]] = ()
 
 
 # --- display --------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lark
 import sympy
@@ -191,6 +191,9 @@ class Formula:
     #: The named metrics the formula is or uses (their parameters' ranges apply).
     metrics: tuple[str, ...] = ()
     constraints: tuple[ParsedConstraint, ...] = ()
+    #: The statistic the formula is over (a key of ``metricc.analysis.statistics.STATISTICS``).
+    statistic: ClassVar[str] = "counts"
+    matrix_parameters: ClassVar[tuple[str, ...]] = ()
 
 
 def grammar_text() -> str:

@@ -31,12 +31,12 @@ MATRIX_RELAXATIONS = ("softmax", "linear")
 
 # --- helpers the generated kernels call ---------------------------------------------------------
 
-def _num_classes(C: Tensor) -> Tensor:
+def mx_size(C: Tensor) -> Tensor:
     """``K`` as a 0-dim tensor of ``C``'s dtype (roots and logs of it stay tensors)."""
     return torch.full((), C.shape[-1], dtype=C.dtype, device=C.device)
 
 
-def _index(C: Tensor, dims: int, axis: int) -> Tensor:
+def mx_index(C: Tensor, dims: int, axis: int) -> Tensor:
     """The class indices ``0..K-1`` along ``axis`` of a ``dims``-dimensional frame."""
     k = C.shape[-1]
     shape = [1] * dims
@@ -44,7 +44,7 @@ def _index(C: Tensor, dims: int, axis: int) -> Tensor:
     return torch.arange(k, dtype=C.dtype, device=C.device).view(shape)
 
 
-def _entry(M: Tensor, dims: int, row_axis: int, col_axis: int) -> Tensor:
+def mx_entry(M: Tensor, dims: int, row_axis: int, col_axis: int) -> Tensor:
     """Entries ``M[i, j]`` of ``(R, K, K)`` matrices (or one ``(K, K)`` matrix) with
     ``i`` along ``row_axis`` and ``j`` along ``col_axis``; the diagonal when they agree."""
     if M.dim() == 2:
@@ -61,7 +61,7 @@ def _entry(M: Tensor, dims: int, row_axis: int, col_axis: int) -> Tensor:
     return M.reshape(shape)
 
 
-def _sum(x: Any, dims: tuple[int, ...], K: Tensor) -> Any:
+def mx_sum(x: Any, dims: tuple[int, ...], K: Tensor) -> Any:
     """Sum over the class axes ``dims``, kept as size 1; a term constant along an
     axis (size 1 there, or a number) is multiplied by ``K``."""
     for d in dims:
@@ -72,20 +72,20 @@ def _sum(x: Any, dims: tuple[int, ...], K: Tensor) -> Any:
     return x
 
 
-def _delta(i: Tensor, j: Tensor) -> Tensor:
+def mx_delta(i: Tensor, j: Tensor) -> Tensor:
     return (i == j).to(i.dtype)
 
 
-def _present(x: Tensor) -> Tensor:
+def mx_present(x: Tensor) -> Tensor:
     return (x > 0).to(x.dtype)
 
 
-def _as_rows(x: Any, C: Tensor, dims: int) -> Tensor:
+def mx_rows(x: Any, C: Tensor, dims: int) -> Tensor:
     """A kernel's value, ``(R, 1, ..., 1)`` or a number, as ``(R,)``."""
     return (C.new_zeros((C.shape[0],) + (1,) * (dims - 1)) + x).reshape(C.shape[0])
 
 
-def _as_matrices(x: Any, C: Tensor, dims: int) -> Tensor:
+def mx_matrices(x: Any, C: Tensor, dims: int) -> Tensor:
     """A kernel's gradient, broadcast over the axes of ``a`` and ``b``, as ``(R, K, K)``."""
     r, k = C.shape[0], C.shape[-1]
     return (C.new_zeros((r, k, k) + (1,) * (dims - 3)) + x).reshape(r, k, k)

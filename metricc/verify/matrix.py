@@ -92,9 +92,9 @@ def _object_namespace(k: int) -> dict[str, Any]:
             sympy.Max(v, sympy.nsimplify(min)))(x),
     )
     return {
-        "torch": torch_ns, "_num_classes": lambda C: sympy.Integer(k), "_index": index,
-        "_entry": entry, "_sum": sum_, "_delta": delta, "_present": present,
-        "_as_rows": as_rows, "_as_matrices": as_matrices,
+        "torch": torch_ns, "mx_size": lambda C: sympy.Integer(k), "mx_index": index,
+        "mx_entry": entry, "mx_sum": sum_, "mx_delta": delta, "mx_present": present,
+        "mx_rows": as_rows, "mx_matrices": as_matrices,
         "_sympy_Integer": sympy.Integer, "_sympy_Float": sympy.Float,
     }
 

@@ -1,0 +1,162 @@
+"""The 2x2 half of :class:`metricc.Metric`: exact values at counts and scores on hard labels.
+
+A mixin of the facade: ``value``, ``score``, ``metric`` (a torchmetrics ``Metric``) and
+``best_threshold`` over ``TP FP FN TN``, each handing data (the generated value
+kernel, the options) to :mod:`metricc.evaluate`. K x K metrics override them
+(:mod:`metricc.matrix_metric`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import MetricError
+from .language.symbols import COUNTS
+from .library import micro_tn_refusal
+
+if TYPE_CHECKING:
+    import sympy
+
+    from .evaluate.stateful import StatefulMetric
+    from .evaluate.threshold import ThresholdChoice
+
+__all__ = ["CountsScoring", "stateful_module"]
+
+_COUNT_ARGS = ("tp", "fp", "fn", "tn")
+
+
+class CountsScoring:
+    """``value``/``score``/``metric``/``best_threshold`` of a 2x2 metric (see :class:`metricc.Metric`)."""
+
+    expr: sympy.Expr
+    name: str | None
+    loss_class: Any
+    undefined: list[sympy.Expr]
+
+    def value(self, tp: Any = None, fp: Any = None, fn: Any = None, tn: Any = None, *,
+              zero_division: float | None = None) -> Any:
+        """The exact metric at the given counts: a float for numbers, a tensor for tensors.
+
+        Where the metric is undefined (``0/0`` and the like) it raises
+        :class:`MetricError`, or returns ``zero_division`` when that is given.
+        Counts the formula does not use may be left out.
+        """
+        from .evaluate.counts import exact_value
+
+        given = dict(zip(_COUNT_ARGS, (tp, fp, fn, tn), strict=False))
+        used = {s.name.lower() for s in self.expr.free_symbols}
+        missing = [k for k in _COUNT_ARGS if given[k] is None and k in used]
+        if missing:
+            raise MetricError(f"value() needs {', '.join(missing)} for this metric")
+        return exact_value(self.loss_class.metric_value, [given[k] for k in _COUNT_ARGS],
+                           zero_division, lambda: [str(d) for d in self.undefined])
+
+    def score(self, preds: Any, target: Any, threshold: float | None = None, *,
+              zero_division: float | None = None, mode: str = "binary",
+              average: str = "macro", ignore_index: int | None = None, classes: Any = None,
+              class_weights: Any = None, num_classes: int | None = None,
+              from_logits: bool = False, multidim_average: str = "global",
+              reduction: str = "mean") -> Any:
+        """The exact metric on hard labels: ``preds >= threshold`` against 0/1 ``target``.
+
+        ``preds`` may hold probabilities or 0/1 labels (tensors, arrays or lists),
+        or logits with ``from_logits=True`` (the decision is then
+        ``sigmoid(logit) >= threshold``). ``threshold`` defaults to 0.5, and then
+        binary and multilabel scores outside ``[0, 1]`` without ``from_logits`` are
+        refused, as the loss refuses them; an explicit ``threshold`` applies to the
+        scores on their own scale (a logit threshold from :meth:`best_threshold`).
+        Multiclass scores may be logits or probabilities: their argmax is the same.
+        ``multidim_average="samplewise"`` scores each sample on its own and
+        combines them by ``reduction`` (``mean``, ``sum``, ``none``: a float64
+        tensor per sample), skipping samples with neither target nor prediction,
+        as the loss does.
+        ``mode="multiclass"`` takes ``(N, C, *)`` scores (argmax) or ``(N, *)``
+        integer labels with ``num_classes``, against ``(N, *)`` class indices
+        or ``(N, C, *)`` one-hot targets; ``mode="multilabel"`` thresholds
+        ``(N, C, *)`` scores against 0/1 targets. ``average`` (``micro``,
+        ``macro``, ``weighted``; ``none`` returns a float64 tensor of per-class
+        values), ``ignore_index``, ``classes`` and ``class_weights`` act as in
+        :meth:`loss`; classes with neither target nor prediction are left out
+        of ``macro``/``weighted`` averages (``docs/modes.md``).
+
+        >>> import metricc
+        >>> metricc.compile("recall").score([0, 1, 2, 2], [0, 2, 2, 1], mode="multiclass",
+        ...                                 num_classes=3, average="micro")
+        0.5
+        """
+        from .evaluate.counts import score
+
+        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+            raise MetricError(micro_tn_refusal(self.name))
+        return score(self.value, preds, target, threshold, zero_division=zero_division,
+                     mode=mode, average=average, ignore_index=ignore_index, classes=classes,
+                     class_weights=class_weights, num_classes=num_classes,
+                     from_logits=from_logits, multidim_average=multidim_average,
+                     reduction=reduction)
+
+    def metric(self, *, mode: str = "binary", num_classes: int | None = None,
+               threshold: float = 0.5, from_logits: bool = False, average: str = "macro",
+               multidim_average: str = "global", ignore_index: int | None = None,
+               classes: Any = None, class_weights: Any = None,
+               zero_division: float | None = 0.0, absent_classes: str = "torchmetrics",
+               validate_args: bool = True, **kwargs: Any) -> StatefulMetric:
+        """A ``torchmetrics.Metric`` of this formula on hard labels, exact over batches and ranks.
+
+        Its states are the confusion counts of each class, summed over
+        ``update()`` calls and (by torchmetrics' sync) over ranks; ``compute()``
+        evaluates the formula on them. ``mode``, ``average`` (``micro``,
+        ``macro``, ``weighted``, ``none``), ``multidim_average`` (``global``,
+        ``samplewise``), ``ignore_index``, ``classes`` and ``class_weights``
+        act as in :meth:`loss` and :meth:`score`; ``num_classes`` (the size of
+        dim 1) is required for ``multiclass`` and ``multilabel``. Predictions
+        are ``preds >= threshold`` (after a sigmoid when ``from_logits``) or
+        the argmax over classes (``multiclass``). ``zero_division`` is the
+        value of a confusion matrix where the formula is undefined (``0/0``):
+        ``0`` like torchmetrics and scikit-learn, ``float('nan')``, or ``None``
+        to raise. ``absent_classes`` decides whether ``macro`` averages count a
+        class with no target and no prediction: ``"torchmetrics"`` (skip it
+        in multiclass, score it ``zero_division`` in multilabel),
+        ``"skip"`` (metricc's loss and score rule, docs/modes.md) or
+        ``"include"``. Other keyword arguments go to ``torchmetrics.Metric``
+        (``sync_on_compute``, ``process_group``, ...). Needs ``torchmetrics``;
+        see docs/stateful.md.
+
+        >>> import torch, metricc
+        >>> iou = metricc.compile("jaccard").metric(mode="multiclass", num_classes=3)
+        >>> iou.update(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 2, 2, 1]))
+        >>> round(float(iou.compute()), 4)   # (1 + 0 + 1/3) / 3
+        0.4444
+        """
+        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+            raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
+        return stateful_module().StatefulMetric(
+            self, mode=mode, num_classes=num_classes, threshold=threshold,
+            from_logits=from_logits, average=average, multidim_average=multidim_average,
+            ignore_index=ignore_index, classes=classes, class_weights=class_weights,
+            zero_division=zero_division, absent_classes=absent_classes,
+            validate_args=validate_args, **kwargs)
+
+    def best_threshold(self, scores: Any, target: Any, *, zero_division: float | None = None,
+                       constraints: Sequence[str] | None = None,
+                       confidence: float | None = None) -> ThresholdChoice:
+        """The threshold optimising this metric on held-out scores: :func:`metricc.evaluate.threshold.best_threshold`.
+
+        Only thresholds meeting ``constraints`` (and the metric's own, when it was
+        compiled with constraints) are candidates; with ``confidence=c``, only those whose
+        constraints hold on new data with probability ``c`` (``docs/constraints.md``).
+        """
+        from .evaluate.threshold import best_threshold
+
+        return best_threshold(self, scores, target, zero_division=zero_division,
+                              constraints=constraints, confidence=confidence)
+
+
+def stateful_module() -> Any:
+    """:mod:`metricc.evaluate.stateful`, which needs the optional torchmetrics."""
+    try:
+        from .evaluate import stateful
+    except ImportError as e:
+        raise MetricError(f"Metric.metric() needs torchmetrics ({e}); install it with "
+                          "pip install 'metricc[torchmetrics]'") from None
+    return stateful

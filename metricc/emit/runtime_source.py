@@ -1,0 +1,166 @@
+"""The runtime half of a standalone file: the torch-only modules pasted into one text.
+
+:func:`runtime_source` pastes the runtime modules (torch-only on purpose) and
+``errors.py``, as they are at generation time and in the fixed order of
+:data:`SOURCES`; the assembly is lark's standalone generator's idea: modules
+concatenated, their imports of each other dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+__all__ = ["SOURCES", "WIDTH", "runtime_source", "top_level_names", "used_names"]
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+#: The modules a standalone file is made of, in this order: each may import only
+#: torch, the standard library and the modules before it (those imports are dropped).
+SOURCES: tuple[tuple[str, Path], ...] = tuple(
+    (name, _PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py")) for name in (
+        "metricc.errors",
+        "metricc.runtime.options",
+        "metricc.runtime.sigmoids",
+        "metricc.runtime.relax",
+        "metricc.runtime.counts",
+        "metricc.runtime.distributed",
+        "metricc.runtime.hints",
+        "metricc.runtime.modes",
+        "metricc.runtime.averages",
+        "metricc.runtime.weights",
+        "metricc.runtime.logit_grad",
+        "metricc.runtime.symbolic",
+        "metricc.runtime.loss",
+        "metricc.runtime.constrained",
+        "metricc.runtime.matrix",
+        "metricc.runtime.curve",
+    ))
+#: Generated lines are wrapped to this width, so the file passes common line-length rules.
+WIDTH = 88
+
+
+
+def _imported_module(node: ast.ImportFrom, module: str) -> str:
+    """The absolute name a relative ``from ... import`` in ``module`` refers to."""
+    parts = module.split(".")[: -node.level]
+    return ".".join([*parts, *(node.module.split(".") if node.module else [])])
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str))
+
+
+def runtime_source() -> tuple[str, ast.Module]:
+    """The runtime text of a standalone file (imports first), and its AST.
+
+    Each module of :data:`SOURCES` loses its docstring, ``__all__`` and
+    top-level imports; the imports of torch and the standard library are
+    merged at the top, and imports of the earlier modules are dropped. Refuses
+    (an internal error) any other import, and a name defined twice: the
+    standalone file would then not stand alone, or not work.
+    """
+    plain: list[str] = []  # "import x" lines, first seen first
+    froms: dict[str, list[str]] = {}  # module -> names, for "from x import a, b"
+    bodies: list[str] = []
+    pasted: set[str] = set()
+    defined: dict[str, str] = {}
+    for module, path in SOURCES:
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        drop: set[int] = set()
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = _imported_module(node, module)
+                if target not in pasted:
+                    raise RuntimeError(f"{path.name} imports {target!r}; a runtime module must "
+                                       "stay torch-only (importing only torch, the standard "
+                                       "library and the runtime modules before it) so that "
+                                       "standalone loss files need nothing else")
+                continue
+            if isinstance(node, ast.ImportFrom):
+                roots = [(node.module or "").split(".")[0]]
+            elif isinstance(node, ast.Import):
+                roots = [a.name.split(".")[0] for a in node.names]
+            else:
+                continue
+            for root in roots:
+                if root not in ("torch", "__future__") and root not in sys.stdlib_module_names:
+                    raise RuntimeError(f"{path.name} imports {root!r}; it must stay torch-only "
+                                       "so that standalone loss files need nothing else")
+        for i, node in enumerate(tree.body):
+            span = set(range(node.lineno - 1, node.end_lineno or node.lineno))
+            if i == 0 and _is_docstring(node):
+                drop |= span
+            elif isinstance(node, ast.Import):
+                drop |= span
+                for a in node.names:
+                    line = f"import {a.name}" + (f" as {a.asname}" if a.asname else "")
+                    if line not in plain:
+                        plain.append(line)
+            elif isinstance(node, ast.ImportFrom):
+                drop |= span
+                if node.level or node.module == "__future__":
+                    continue
+                names = froms.setdefault(node.module or "", [])
+                names += [a.name + (f" as {a.asname}" if a.asname else "")
+                          for a in node.names if a.name not in names]
+            elif isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                drop |= span
+        for name in top_level_names(tree, imports=False):
+            if name in defined:
+                raise RuntimeError(f"{name!r} is defined in both {defined[name]} and {module}; "
+                                   "standalone files paste them into one namespace")
+            defined[name] = module
+        body = "\n".join(line for k, line in enumerate(lines) if k not in drop).strip("\n")
+        bodies.append(f"# --- {module} " + "-" * max(3, WIDTH - 7 - len(module)) + "\n\n" + body)
+        pasted.add(module)
+    head = ["from __future__ import annotations"]
+    for third_party in (False, True):  # standard library, then torch, sorted as isort does
+        def ours(module: str, third_party: bool = third_party) -> bool:
+            return (module.split(".")[0] == "torch") == third_party
+
+        section = sorted(line for line in plain if ours(line.split()[1]))
+        section += [f"from {m} import {', '.join(sorted(n))}"
+                    for m, n in sorted(froms.items()) if ours(m)]
+        head += ["", *section]
+    text = "\n".join(head) + "\n\n" + "\n\n\n".join(bodies) + "\n"
+    return text, ast.parse(text)
+
+
+def top_level_names(tree: ast.Module, imports: bool = True) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if imports:
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def used_names(tree: ast.AST) -> set[str]:
+    """Every name the file defines or looks up, at any depth.
+
+    The class is a module global: named like something a function of the file
+    looks up (``dist``, ``MetricLoss``) or like a builtin (``float``, ``super``)
+    it would replace that on first use.
+    """
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
