@@ -22,9 +22,22 @@ from ..library import lookup
 from .matrix import PLACEHOLDERS, ColTotal, Delta, Entry, PresentCall, RowTotal, SumOf
 from .symbols import COUNTS, DERIVED
 
-__all__ = ["REDUCTIONS", "Area", "AreaWithin", "Best", "BestWhere", "Comparison", "CurveFormula",
-           "CurveReduction", "Steps", "TOTALS", "curve_call", "reductions", "resolve_curve",
-           "uses_curve"]
+__all__ = [
+    "REDUCTIONS",
+    "TOTALS",
+    "Area",
+    "AreaWithin",
+    "Best",
+    "BestWhere",
+    "Comparison",
+    "CurveFormula",
+    "CurveReduction",
+    "Steps",
+    "curve_call",
+    "reductions",
+    "resolve_curve",
+    "uses_curve",
+]
 
 #: The reductions a curve formula may call.
 REDUCTIONS = ("area", "steps", "best")

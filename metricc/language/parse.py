@@ -23,6 +23,7 @@ from lark import Token
 
 from ..errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from ..library import lookup, names
+from .curve import REDUCTIONS, Comparison, CurveFormula, curve_call, resolve_curve, uses_curve
 from .limits import (
     MAX_ARGS,
     MAX_CALL_NESTING,
@@ -37,7 +38,6 @@ from .limits import (
     check_constants,
 )
 from .limits import log10_abs as _log10_abs
-from .curve import REDUCTIONS, Comparison, CurveFormula, curve_call, resolve_curve, uses_curve
 from .matrix import ColTotal, Delta, Entry, MatrixFormula, PresentCall, RowTotal, SumOf, is_matrix_expr, resolve_matrix
 from .symbols import COUNTS, DERIVED, MATRIX_FUNCTIONS
 
