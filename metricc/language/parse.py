@@ -342,7 +342,7 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
             if lookup(fname) or fname in COUNTS or fname in DERIVED:
                 raise self.where.error(f"'{fname}' is {what}; write it without parentheses", tok)
             raise self.where.error(
-                f"unknown function '{fname}'{suggest(fname, list(FUNCTIONS))}; "
+                f"unknown function '{fname}'{suggest(fname, [*FUNCTIONS, *REDUCTIONS])}; "
                 f"known functions: {', '.join([*FUNCTIONS, *MATRIX_FUNCTIONS, *REDUCTIONS])}",
                 tok,
             )
