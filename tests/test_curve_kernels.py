@@ -263,7 +263,8 @@ def test_gradient_formula_equals_plain_sympy_differentiation(name: str, T: int) 
             # generic points (no count 0, no cut at lo or hi): kinks have more than one subgradient
             tps = sorted(rng.integers(1, 40, T), reverse=True)
             fps = sorted(rng.integers(1, 90, T), reverse=True)
-            point = {P: 41, N: 97, eps: sympy.Rational(1, 1000), tau: sympy.Rational(1, 20), tau_g: sympy.Rational(1, 50),
+            point = {P: 41, N: 97, eps: sympy.Rational(1, 1000), tau: sympy.Rational(1, 20),
+                     tau_g: sympy.Rational(1, 50),
                      **{s: sympy.Integer(v) for s, v in zip(tp, tps, strict=True)},
                      **{s: sympy.Integer(v) for s, v in zip(fp, fps, strict=True)}}
             diff = (got - ref).xreplace(point)
