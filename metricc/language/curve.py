@@ -182,6 +182,118 @@ def uses_curve(exprs: Iterable[sympy.Expr]) -> bool:
 
 _MATRIX_NAMES = {SumOf: "sum", RowTotal: "row", ColTotal: "col", Delta: "delta", PresentCall: "present"}
 _LIBRARY: dict[str, Any] = {}
+_LIBRARY: dict[str, Any] = {}
+_KEYWORDS = {AreaCall: "area", StepsCall: "steps", BestCall: "best"}
+
+
+class _Resolver:
+    """One curve formula's names: bindings, counts, totals, named metrics and parameters."""
+
+    def __init__(self, pos: Any, parse_metric: Callable[[str], Any]) -> None:
+        self.pos, self.parse_metric = pos, parse_metric
+        self.defined: dict[str, sympy.Expr] = {}
+        self.params: set[str] = set()
+        self.defaults: dict[str, Any] = {}
+        self.used: list[str] = []
+
+    def fail(self, message: str, name: str) -> MetricError:
+        t = self.pos.first_use.get(name) or self.pos.call_tokens.get(name)
+        return self.pos.error(message, t) if t is not None else MetricError(message)
+
+    def library(self, name: str) -> Any:
+        """A named metric's parsed formula (parsed once), its parameters and defaults noted."""
+        metric = lookup(name)
+        assert metric is not None
+        if metric.name not in _LIBRARY:
+            _LIBRARY[metric.name] = self.parse_metric(metric.formula)
+        if metric.name not in self.used:
+            self.used.append(metric.name)
+        for k, v in metric.params.items():
+            self.defaults.setdefault(k, v)
+        self.params.update(_LIBRARY[metric.name].parameters)
+        return _LIBRARY[metric.name]
+
+    def name(self, e: sympy.Symbol, local: bool) -> sympy.Expr:
+        n = e.name
+        if n in self.defined:
+            return self.walk(self.defined[n], local)
+        if local and n in COUNTS:
+            return COUNTS[n]
+        if local and n in DERIVED:
+            return DERIVED[n]  # inside a reduction P is TP + FN at that threshold, and so on
+        if n in TOTALS:
+            return TOTALS[n]
+        if n == "n":
+            return TOTALS["P"] + TOTALS["N"]
+        if n in COUNTS or n in DERIVED:
+            raise self.fail(f"'{n}' is a count at one threshold; in a curve formula it stands only "
+                            "inside area(), steps() or best(), e.g. area(recall, fpr)", n)
+        metric = lookup(n)
+        if metric is None:
+            self.params.add(n)
+            return sympy.Symbol(n)
+        if metric.matrix:
+            raise self.fail(f"'{n}' is a K x K metric and cannot be mixed with a curve formula", n)
+        if metric.curve and local:
+            raise self.fail(f"'{n}' is a curve metric and cannot stand inside another reduction", n)
+        if not metric.curve and not local:
+            raise self.fail(f"'{n}' is a 2x2 metric at one threshold; in a curve formula it stands "
+                            f"only inside area(), steps() or best(), e.g. best({n})", n)
+        return self.library(n).expr  # type: ignore[no-any-return]
+
+    def constant(self, e: sympy.Expr, what: str, keyword: str) -> sympy.Expr:
+        out = self.walk(e, False)
+        if out.has(CurveReduction) or out.free_symbols & set(TOTALS.values()):
+            raise self.fail(f"{what} takes numbers or parameters", keyword)
+        return out
+
+    def reduction(self, e: sympy.Expr, local: bool) -> sympy.Expr:
+        keyword = _KEYWORDS[type(e)]
+        if local:
+            raise self.fail(f"{keyword}() stands inside another reduction; reductions do not nest "
+                            "(their arguments are formulas at one threshold)", keyword)
+        inner = [self.walk(a, True) for a in e.args[:2]]
+        if isinstance(e, StepsCall):
+            return Steps(*inner)
+        if isinstance(e, AreaCall):
+            if len(e.args) == 2:
+                return Area(*inner)
+            lo, hi = (self.constant(a, "area()'s range [lo, hi]", "area") for a in e.args[2:])
+            return AreaWithin(*inner, lo, hi)
+        if len(e.args) == 1:
+            return Best(inner[0])
+        f, lhs = inner
+        return BestWhere(f, (lhs - self.walk(e.args[2], True)) * e.args[3])
+
+    def walk(self, e: sympy.Expr, local: bool) -> sympy.Expr:
+        if isinstance(e, sympy.Symbol):
+            return self.name(e, local)
+        if isinstance(e, PLACEHOLDERS):
+            what = e.args[0].name if isinstance(e, Entry) else _MATRIX_NAMES[type(e)]
+            raise self.fail("a curve formula cannot be mixed with K x K constructs (C[i, j], sum, "
+                            "row, col, delta, present); write them as separate metrics", what)
+        if isinstance(e, _CALLS):
+            return self.reduction(e, local)
+        if not e.args:
+            return e
+        return e.func(*(self.walk(a, local) for a in e.args))
+
+    def bind(self, bindings: list[tuple[Any, sympy.Expr]], functions: Collection[str]) -> None:
+        names = [str(b) for b, _ in bindings]
+        for i, (tok, expr) in enumerate(bindings):
+            n = str(tok)
+            if n in COUNTS or n in TOTALS or n == "n":
+                raise self.pos.error(f"'{n}' is built in and cannot be redefined in a curve formula; "
+                                     "choose another name", tok)
+            if n in functions or n in REDUCTIONS:
+                raise self.pos.error(f"'{n}' is a function and cannot be redefined", tok)
+            if n in self.defined:
+                raise self.pos.error(f"'{n}' is defined twice", tok)
+            for s in expr.atoms(sympy.Symbol):
+                if s.name in names[i:]:
+                    raise self.pos.error(f"'{s.name}' is used before it is defined",
+                                         self.pos.first_use[s.name])
+            self.defined[n] = expr  # substituted where used: local inside a reduction, else outer
 
 
 def resolve_curve(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,
@@ -200,110 +312,11 @@ def resolve_curve(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy
         raise MetricSyntaxError("a curve formula takes no 'subject to' clause (for now); write the "
                                 "bound into best(): best(recall, precision >= 0.9)", text, line,
                                 at - (text.rfind("\n", 0, at) + 1) + 1)
-    defined: dict[str, sympy.Expr] = {}
-    params: set[str] = set()
-    defaults: dict[str, Any] = {}
-    used: list[str] = []
-
-    def fail(message: str, name: str) -> MetricError:
-        t = pos.first_use.get(name) or pos.call_tokens.get(name)
-        return pos.error(message, t) if t is not None else MetricError(message)
-
-    def library(name: str) -> Any:
-        metric = lookup(name)
-        assert metric is not None
-        if metric.name not in _LIBRARY:
-            _LIBRARY[metric.name] = parse_metric(metric.formula)
-        if metric.name not in used:
-            used.append(metric.name)
-        for k, v in metric.params.items():
-            defaults.setdefault(k, v)
-        params.update(_LIBRARY[metric.name].parameters)
-        return _LIBRARY[metric.name]
-
-    def name(e: sympy.Symbol, local: bool, stack: tuple[str, ...]) -> sympy.Expr:
-        n = e.name
-        if n in defined:
-            return walk(defined[n], local, (*stack, n))
-        if local and n in COUNTS:
-            return COUNTS[n]
-        if local and n in DERIVED:
-            return DERIVED[n]
-        if n in TOTALS:
-            return TOTALS[n]
-        if n == "n":
-            return TOTALS["P"] + TOTALS["N"]
-        if n in COUNTS or n in DERIVED:
-            raise fail(f"'{n}' is a count at one threshold; in a curve formula it stands only "
-                       "inside area(), steps() or best(), e.g. area(recall, fpr)", n)
-        metric = lookup(n)
-        if metric is not None and metric.matrix:
-            raise fail(f"'{n}' is a K x K metric and cannot be mixed with a curve formula", n)
-        if metric is not None and getattr(metric, "curve", False):
-            if local:
-                raise fail(f"'{n}' is a curve metric and cannot stand inside another reduction",
-                           n)
-            return library(n).expr
-        if metric is not None:
-            if not local:
-                raise fail(f"'{n}' is a 2x2 metric at one threshold; in a curve formula it stands "
-                           f"only inside area(), steps() or best(), e.g. best({n})", n)
-            return library(n).expr.xreplace({sympy.Symbol(p): sympy.Symbol(p)
-                                             for p in library(n).parameters})
-        params.add(n)
-        return sympy.Symbol(n)
-
-    def constant(e: sympy.Expr, what: str, stack: tuple[str, ...]) -> sympy.Expr:
-        out = walk(e, False, stack)
-        if out.has(CurveReduction) or out.free_symbols & set(TOTALS.values()):
-            raise fail(f"{what} takes numbers or parameters", "area" if "area" in what else "best")
-        return out
-
-    def walk(e: sympy.Expr, local: bool, stack: tuple[str, ...]) -> sympy.Expr:
-        if isinstance(e, sympy.Symbol):
-            return name(e, local, stack)
-        if isinstance(e, PLACEHOLDERS):
-            what = e.args[0].name if isinstance(e, Entry) else _MATRIX_NAMES[type(e)]
-            raise fail("a curve formula cannot be mixed with K x K constructs (C[i, j], sum, row, "
-                       "col, delta, present); write them as separate metrics", what)
-        if isinstance(e, _CALLS):
-            keyword = {AreaCall: "area", StepsCall: "steps", BestCall: "best"}[type(e)]
-            if local:
-                raise fail(f"{keyword}() stands inside another reduction; reductions do not nest "
-                           "(their arguments are formulas at one threshold)", keyword)
-            inner = [walk(a, True, stack) for a in e.args[:2]]
-            if isinstance(e, StepsCall):
-                return Steps(*inner)
-            if isinstance(e, AreaCall):
-                if len(e.args) == 2:
-                    return Area(*inner)
-                lo, hi = (constant(a, "area()'s range [lo, hi]", stack) for a in e.args[2:])
-                return AreaWithin(*inner, lo, hi)
-            if len(e.args) == 1:
-                return Best(inner[0])
-            f, lhs = inner
-            rhs = walk(e.args[2], True, stack)
-            return BestWhere(f, (lhs - rhs) * e.args[3])
-        if not e.args:
-            return e
-        return e.func(*(walk(a, local, stack) for a in e.args))
-
-    for tok, expr in bindings:
-        n = str(tok)
-        if n in COUNTS or n in TOTALS or n == "n":
-            raise pos.error(f"'{n}' is built in and cannot be redefined in a curve formula; choose "
-                            "another name", tok)
-        if n in functions or n in REDUCTIONS:
-            raise pos.error(f"'{n}' is a function and cannot be redefined", tok)
-        if n in defined:
-            raise pos.error(f"'{n}' is defined twice", tok)
-        later = {str(t) for t, _ in bindings[[str(b) for b, _ in bindings].index(n):]}
-        for s in expr.atoms(sympy.Symbol):
-            if s.name in later:
-                raise pos.error(f"'{s.name}' is used before it is defined", pos.first_use[s.name])
-        defined[n] = expr
-    result = walk(body, False, ())
+    resolver = _Resolver(pos, parse_metric)
+    resolver.bind(bindings, functions)
+    result = resolver.walk(body, False)
     if not result.has(CurveReduction):
         raise MetricError(f"formula {text.strip()!r} uses no reduction; a curve formula uses "
                           "area(), steps() or best()")
-    return CurveFormula(text, result, tuple(sorted(params)), defaults, tuple(used))
+    return CurveFormula(text, result, tuple(sorted(resolver.params)), resolver.defaults,
+                        tuple(resolver.used))
