@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ALIASES", "MATRIX_METRICS", "METRICS", "NamedMetric", "lookup", "micro_tn_refusal",
+__all__ = ["ALIASES", "CURVE_METRICS", "MATRIX_METRICS", "METRICS", "NamedMetric", "lookup", "micro_tn_refusal",
            "names"]
 
 
@@ -29,6 +29,9 @@ class NamedMetric:
     sklearn: str | None = None
     #: A metric over the whole K x K matrix (``docs/matrix.md``) rather than TP, FP, FN, TN.
     matrix: bool = False
+    #: A threshold-free metric over the ROC/PR curve (``docs/curve.md``): a formula of
+    #: ``area``, ``steps`` and ``best`` over the 2 x 2 counts at every threshold.
+    curve: bool = False
 
 
 _TPR = "TP/(TP+FN)"
@@ -141,11 +144,40 @@ _MATRIX = [
                 params={"M": "1 - delta(i, j)"}),
 ]
 
+# Threshold-free metrics over the curve: the counts at every threshold (docs/curve.md).
+# partial_auroc is McClish-standardised exactly as scikit-learn's roc_auc_score(max_fpr=m).
+_CURVE = [
+    NamedMetric("auroc", "area(recall, fpr)", "area under the ROC curve", curve=True,
+                aliases=("roc_auc",), sklearn="roc_auc_score"),
+    NamedMetric("average_precision", "steps(precision, recall)",
+                "average precision: the step-wise area under the precision-recall curve",
+                curve=True, aliases=("ap", "auprc"), sklearn="average_precision_score"),
+    NamedMetric("partial_auroc",
+                "A = area(recall, fpr, 0, max_fpr)  # the ROC area with fpr in [0, max_fpr]\n"
+                "(1 + (A - max_fpr^2/2) / (max_fpr - max_fpr^2/2)) / 2",
+                "ROC area up to fpr = max_fpr, standardised (McClish): 0.5 is chance, 1 perfect",
+                curve=True, params={"max_fpr": 0.1}, sklearn="roc_auc_score(max_fpr=max_fpr)",
+                bounds={"max_fpr": (0.0, "the area is taken over fpr in [0, max_fpr], and "
+                                         "max_fpr must lie in (0, 1]")}),
+    NamedMetric("recall_at_precision", "best(recall, precision >= min_precision)",
+                "the highest recall at a threshold whose precision is at least min_precision "
+                "(0 where none is)", curve=True, params={"min_precision": 0.9},
+                sklearn="torchmetrics BinaryRecallAtFixedPrecision"),
+    NamedMetric("precision_at_recall", "best(precision, recall >= min_recall)",
+                "the highest precision at a threshold whose recall is at least min_recall "
+                "(0 where none is)", curve=True, params={"min_recall": 0.9},
+                sklearn="torchmetrics BinaryPrecisionAtFixedRecall"),
+    NamedMetric("best_f1", "best(f1)", "F1 at its best threshold", curve=True,
+                sklearn="max F1 over precision_recall_curve"),
+]
+
 #: The 2x2 metrics (formulas over TP, FP, FN, TN).
 METRICS: dict[str, NamedMetric] = {m.name: m for m in _ALL}
 #: The K x K metrics (formulas over the whole confusion matrix, ``docs/matrix.md``).
 MATRIX_METRICS: dict[str, NamedMetric] = {m.name: m for m in _MATRIX}
-ALIASES: dict[str, str] = {a: m.name for m in [*_ALL, *_MATRIX] for a in m.aliases}
+#: The curve metrics (formulas over the counts at every threshold, ``docs/curve.md``).
+CURVE_METRICS: dict[str, NamedMetric] = {m.name: m for m in _CURVE}
+ALIASES: dict[str, str] = {a: m.name for m in [*_ALL, *_MATRIX, *_CURVE] for a in m.aliases}
 
 
 #: 2x2 metrics that use TN, and the K x K metric that means what their name says over
@@ -172,9 +204,9 @@ def micro_tn_refusal(name: str | None) -> str:
 def lookup(name: str) -> NamedMetric | None:
     """The named metric for ``name`` or one of its aliases, else ``None``."""
     canonical = ALIASES.get(name, name)
-    return METRICS.get(canonical) or MATRIX_METRICS.get(canonical)
+    return METRICS.get(canonical) or MATRIX_METRICS.get(canonical) or CURVE_METRICS.get(canonical)
 
 
 def names() -> list[str]:
     """Every name and alias a formula or ``metricc.compile`` accepts."""
-    return sorted([*METRICS, *MATRIX_METRICS, *ALIASES])
+    return sorted([*METRICS, *MATRIX_METRICS, *CURVE_METRICS, *ALIASES])

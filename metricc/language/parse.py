@@ -23,6 +23,7 @@ from lark import Token
 
 from ..errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from ..library import lookup, names
+from .curve import REDUCTIONS, Comparison, CurveFormula, curve_call, resolve_curve, uses_curve
 from .limits import (
     MAX_ARGS,
     MAX_CALL_NESTING,
@@ -335,6 +336,8 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         tok, arglist = c
         args = arglist or []
         fname = str(tok)
+        if fname in REDUCTIONS or any(isinstance(a, Comparison) for a in args):
+            return curve_call(self.where, tok, fname, args)  # language/curve.py
         if fname in MATRIX_FUNCTIONS:
             return self._matrix_call(tok, fname, args)
         if fname not in FUNCTIONS:
@@ -342,8 +345,8 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
             if lookup(fname) or fname in COUNTS or fname in DERIVED:
                 raise self.where.error(f"'{fname}' is {what}; write it without parentheses", tok)
             raise self.where.error(
-                f"unknown function '{fname}'{suggest(fname, list(FUNCTIONS))}; "
-                f"known functions: {', '.join([*FUNCTIONS, *MATRIX_FUNCTIONS])}",
+                f"unknown function '{fname}'{suggest(fname, [*FUNCTIONS, *REDUCTIONS])}; "
+                f"known functions: {', '.join([*FUNCTIONS, *MATRIX_FUNCTIONS, *REDUCTIONS])}",
                 tok,
             )
         fn, lo, hi = FUNCTIONS[fname]
@@ -366,6 +369,9 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
 
     def args(self, c: list[Any]) -> list[sympy.Expr]:
         return [_expr(a) for a in c]
+
+    def comparison(self, c: list[Any]) -> Comparison:
+        return Comparison(_expr(c[0]), c[1], _expr(c[2]))
 
     def add(self, c: list[Any]) -> _Chain:
         return _chain(c[0], True).push(_expr(c[1]))
@@ -628,9 +634,10 @@ def _parser_for(pos: _Position) -> lark.Lark:
     return parser
 
 
-def parse(text: str) -> Formula | MatrixFormula:
+def parse(text: str) -> Formula | MatrixFormula | CurveFormula:
     """Parse formula text into a :class:`Formula` (or a :class:`MatrixFormula` when it
-    uses the K x K matrix: ``C[i, j]``, ``sum``, ``row``, ``col``).
+    uses the K x K matrix: ``C[i, j]``, ``sum``, ``row``, ``col``; a :class:`CurveFormula` when it
+    uses the curve: ``area``, ``steps``, ``best``).
 
     >>> parse("precision = TP/(TP+FP); recall = TP/(TP+FN); precision*recall").expr
     TP**2/((FN + TP)*(FP + TP))
@@ -728,8 +735,9 @@ def _resolve_constraint(raw: _RawConstraint, text: str, span: tuple[int, int],
             elif name in DERIVED:
                 subs[sym] = DERIVED[name]
             elif (metric := lookup(name)) is not None:
-                if metric.matrix:
-                    raise _error_at(text, span, name, f"'{name}' is a K x K metric; constraints "
+                if metric.matrix or metric.curve:
+                    kind = "K x K" if metric.matrix else "curve"
+                    raise _error_at(text, span, name, f"'{name}' is a {kind} metric; constraints "
                                     "apply to 2 x 2 metrics for now")
                 inner = _library_formula(metric.name)
                 if inner.parameters and not set(inner.parameters) <= set(inner.defaults):
@@ -770,11 +778,13 @@ def _uses_matrix(parts: list[Any]) -> bool:
     return False
 
 
-def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFormula:
+def _resolve(text: str, parts: list[Any], pos: _Position) -> Formula | MatrixFormula | CurveFormula:
     clause: _ConstraintClause | None = None
     if parts and isinstance(parts[-1], _ConstraintClause):
         *parts, clause = parts
     *bindings, body = parts
+    if uses_curve([body, *(e for _, e in bindings), *(x for c in clause or [] for x in (c[0], c[2]))]):
+        return resolve_curve(text, bindings, body, clause is not None, pos, FUNCTIONS, parse)
     if _uses_matrix(parts):
         if clause:
             raise MetricSyntaxError("constraints apply to 2 x 2 metrics for now; a K x K "

@@ -1,0 +1,301 @@
+"""The curve kernels: values and gradients against an independent float64 torch reference,
+gradcheck, a symbolic proof of the gradient for T = 3 and 4, convergence to the exact value as
+the grid refines, and torch.compile without graph breaks."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import sympy
+import torch
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from metricc.analysis.counts import guard
+from metricc.analysis.curve import DEFAULT_TAU, DEFAULT_TAU_GATE, curve_undefined_where
+from metricc.emit.curve import emit_curve_kernels
+from metricc.language.curve import Area, AreaWithin, Best, BestWhere, CurveFormula, Steps, reductions
+from metricc.language.parse import parse
+
+EPS, TAU, TAU_G = 1e-6, 0.05, 0.01
+F64 = torch.float64
+
+
+def _formula(text: str, **values: float) -> sympy.Expr:
+    f = parse(text)
+    assert isinstance(f, CurveFormula)
+    subs = {**f.defaults, **values}
+    return f.expr.xreplace({sympy.Symbol(k): sympy.Rational(str(v)) for k, v in subs.items()})
+
+
+def _kernels(text: str, **values: float) -> dict[str, Callable[..., Any]]:
+    namespace: dict[str, Any] = {"torch": torch}
+    exec(emit_curve_kernels(_formula(text, **values)), namespace)
+    return namespace
+
+
+# --- an independent float64 reference: each reduction written out in plain torch ----------------
+
+def _rates(TP: torch.Tensor, FP: torch.Tensor, P: torch.Tensor, N: torch.Tensor) -> dict[str, torch.Tensor]:
+    p, n = P[..., None], N[..., None]
+    fn, tn = p - TP, n - FP
+    return {"recall": TP / (TP + fn + EPS), "fpr": FP / (FP + tn + EPS), "precision": TP / (TP + FP + EPS),
+            "f1": 2 * TP / (2 * TP + FP + fn + EPS)}
+
+
+def _area(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return ((x[..., :-1] - x[..., 1:]) * (y[..., :-1] + y[..., 1:]) / 2).sum(-1)
+
+
+def _steps(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return ((x[..., :-1] - x[..., 1:]) * y[..., :-1]).sum(-1)
+
+
+def _best(f: torch.Tensor, d: torch.Tensor | None = None) -> torch.Tensor:
+    a = f / TAU + (torch.nn.functional.logsigmoid(d / TAU_G) if d is not None else 0)
+    return (torch.softmax(a, -1) * f).sum(-1)
+
+
+def _reference(name: str, TP: torch.Tensor, FP: torch.Tensor, P: torch.Tensor, N: torch.Tensor) -> torch.Tensor:
+    r = _rates(TP, FP, P, N)
+    if name == "auroc":
+        return _area(r["recall"], r["fpr"])
+    if name == "average_precision":
+        return _steps(r["precision"], r["recall"])
+    if name == "partial_auroc":  # max_fpr = 0.3, the relaxed cut clips fpr per segment
+        m = 0.3
+        return (1 + (_area(r["recall"], r["fpr"].clamp(0, m)) - m * m / 2) / (m - m * m / 2)) / 2
+    if name == "best_f1":
+        return _best(r["f1"])
+    if name == "recall_at_precision":  # min_precision = 0.6
+        return _best(r["recall"], r["precision"] - 0.6)
+    if name == "precision_at_recall":  # min_recall = 0.5
+        return _best(r["precision"], r["recall"] - 0.5)
+    assert name == "mixed"
+    auc, ap = _area(r["recall"], r["fpr"]), _steps(r["precision"], r["recall"])
+    return (auc + ap) / 2 - 0.1 * _best(r["f1"]) + auc * P / (P + N + EPS) + 1 / (ap**2 + EPS**2) * ap * 0.01
+
+
+FORMULAS = {
+    "auroc": ("auroc", {}), "average_precision": ("average_precision", {}),
+    "partial_auroc": ("partial_auroc", {"max_fpr": 0.3}), "best_f1": ("best_f1", {}),
+    "recall_at_precision": ("recall_at_precision", {"min_precision": 0.6}),
+    "precision_at_recall": ("precision_at_recall", {"min_recall": 0.5}),
+    "mixed": ("(auroc + ap)/2 - 0.1*best_f1 + area(recall, fpr)*P/n + 0.01/ap", {}),
+}
+
+
+def _curves(shape: tuple[int, ...], T: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """Random monotone curves: TP, FP nonincreasing from (P, N) at k = 0 to near 0 at the top."""
+    g = torch.Generator().manual_seed(seed)
+    P = 5 + 20 * torch.rand(shape, generator=g, dtype=F64)
+    N = 5 + 60 * torch.rand(shape, generator=g, dtype=F64)
+
+    def walk(total: torch.Tensor) -> torch.Tensor:
+        steps = torch.rand((*shape, T), generator=g, dtype=F64) ** 2
+        frac = 1 - torch.cumsum(steps, -1) / steps.sum(-1, keepdim=True) * 0.98
+        frac = torch.cat([torch.ones((*shape, 1), dtype=F64), frac[..., :-1]], -1)
+        return total[..., None] * frac
+
+    return walk(P), walk(N), P, N
+
+
+@pytest.mark.parametrize("name", sorted(FORMULAS))
+def test_value_and_gradient_equal_autograd_of_a_plain_reference(name: str) -> None:
+    text, values = FORMULAS[name]
+    k = _kernels(text, **values)
+    TP, FP, P, N = _curves((2, 3), 17, seed=len(name))
+    TP.requires_grad_(True)
+    FP.requires_grad_(True)
+    want = _reference(name, TP, FP, P, N)
+    dtp, dfp = torch.autograd.grad(want.sum(), (TP, FP))
+    value = k["curve_value"](TP.detach(), FP.detach(), P, N, EPS, TAU, TAU_G)
+    v2, gtp, gfp = k["curve_and_gradient"](TP.detach(), FP.detach(), P, N, EPS, TAU, TAU_G)
+    assert value.shape == (2, 3) and gtp.shape == gfp.shape == (2, 3, 17)
+    torch.testing.assert_close(value, want.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(v2, value, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(gtp, dtp, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(gfp, dfp, rtol=1e-10, atol=1e-10)
+
+
+class _Kernel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, TP: torch.Tensor, FP: torch.Tensor, P: torch.Tensor, N: torch.Tensor,
+                fn: Callable[..., Any]) -> torch.Tensor:
+        value, dtp, dfp = fn(TP, FP, P, N, EPS, TAU, TAU_G)
+        ctx.save_for_backward(dtp, dfp)
+        return value
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        dtp, dfp = ctx.saved_tensors
+        return grad[..., None] * dtp, grad[..., None] * dfp, None, None, None
+
+
+@pytest.mark.parametrize("name", ["auroc", "average_precision", "partial_auroc", "recall_at_precision", "mixed"])
+def test_gradcheck(name: str) -> None:
+    text, values = FORMULAS[name]
+    fn = _kernels(text, **values)["curve_and_gradient"]
+    TP, FP, P, N = _curves((2,), 6, seed=3)
+    TP.requires_grad_(True)
+    FP.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a, b: _Kernel.apply(a, b, P, N, fn), (TP, FP), eps=1e-7, atol=1e-6)
+
+
+def test_defaults_and_where_undefined() -> None:
+    assert DEFAULT_TAU_GATE < DEFAULT_TAU  # the gate must win over f (docs/curve.md)
+    assert ("area(...) at a threshold", sympy.sympify("FN + TP")) in curve_undefined_where(_formula("auroc"))
+    assert ("the outer expression", sympy.sympify("r0")) in curve_undefined_where(_formula("1/ap"))
+
+
+# --- the gradient formula, proved against plain SymPy for T = 3 and 4 ----------------------------
+
+def _vectorised(fn: Callable[[sympy.Expr], sympy.Expr]) -> Callable[[Any], Any]:
+    return np.vectorize(fn, otypes=[object])
+
+
+def _sympy_torch() -> SimpleNamespace:
+    """The torch calls the kernels make, on numpy arrays of SymPy expressions."""
+
+    def softmax(a: np.ndarray, dim: int) -> np.ndarray:
+        e = _vectorised(sympy.exp)(a)
+        return e / e.sum(axis=dim, keepdims=True)
+
+    def pad(x: np.ndarray, widths: tuple[int, int]) -> np.ndarray:
+        zeros = [np.full((*x.shape[:-1], w), sympy.S.Zero, dtype=object) for w in widths]
+        return np.concatenate([zeros[0], x, zeros[1]], axis=-1)
+
+    def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:
+        if min is not None:
+            x = _vectorised(lambda e: sympy.Max(e, sympy.nsimplify(min)))(x)
+        if max is not None:
+            x = _vectorised(lambda e: sympy.Min(e, sympy.nsimplify(max)))(x)
+        return x
+
+    sigmoid = _vectorised(lambda z: 1 / (1 + sympy.exp(-z)))
+    functional = SimpleNamespace(pad=pad, logsigmoid=_vectorised(lambda z: -sympy.log(1 + sympy.exp(-z))))
+    return SimpleNamespace(
+        sum=lambda x, dim: np.sum(x, axis=dim), softmax=softmax, sigmoid=sigmoid, clamp=clamp,
+        zeros_like=lambda x: np.full(np.shape(x), sympy.S.Zero, dtype=object), sign=_vectorised(sympy.sign),
+        sqrt=_vectorised(sympy.sqrt), log=_vectorised(sympy.log), exp=_vectorised(sympy.exp),
+        nn=SimpleNamespace(functional=functional))
+
+
+class _ExactNumbers(ast.NodeTransformer):
+    """Number literals as SymPy numbers, so ``1/2`` in generated code is exactly 1/2."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            return node
+        kind = "Integer" if isinstance(node.value, int) else "Rational"
+        value = node.value if kind == "Integer" else repr(node.value)
+        call = ast.Call(ast.Name(f"_{kind}", ast.Load()), [ast.Constant(value)], [])
+        return ast.copy_location(call, node)
+
+
+def _run_symbolically(source: str, *args: Any) -> tuple[Any, ...]:
+    tree = ast.fix_missing_locations(_ExactNumbers().visit(ast.parse(source)))
+    namespace: dict[str, Any] = {"torch": _sympy_torch(), "_Integer": sympy.Integer, "_Rational": sympy.Rational}
+    exec(compile(tree, "<curve kernel>", "exec"), namespace)
+    return namespace["curve_and_gradient"](*args)  # type: ignore[no-any-return]
+
+
+def _expanded(expr: sympy.Expr, T: int, tp: list[sympy.Symbol], fp: list[sympy.Symbol], P: sympy.Symbol,
+              N: sympy.Symbol, eps: sympy.Symbol, tau: sympy.Symbol, tau_g: sympy.Symbol) -> sympy.Expr:
+    """The guarded metric as one plain SymPy expression over TP_0..TP_{T-1}, FP_0..."""
+    c = sympy.symbols("TP FP FN TN")
+
+    def at(e: sympy.Expr, k: int) -> sympy.Expr:
+        return guard(e, eps).xreplace(dict(zip(c, (tp[k], fp[k], P - tp[k], N - fp[k]), strict=True)))
+
+    values = {}
+    for node in reductions(expr):
+        if isinstance(node, (Best, BestWhere)):
+            f = [at(node.args[0], k) for k in range(T)]
+            gate = [sympy.S.One if isinstance(node, Best) else 1 / (1 + sympy.exp(-at(node.args[1], k) / tau_g))
+                    for k in range(T)]
+            w = [gate[k] * sympy.exp(f[k] / tau) for k in range(T)]
+            values[node] = sum(w[k] * f[k] for k in range(T)) / sum(w)
+            continue
+        y, x = node.args[:2]
+        xs = [at(x, k) for k in range(T)]
+        if isinstance(node, AreaWithin):
+            xs = [sympy.Min(sympy.Max(v, node.args[2]), node.args[3]) for v in xs]
+        ys = [at(y, k) for k in range(T)]
+        if isinstance(node, Area | AreaWithin):
+            values[node] = sum((xs[k] - xs[k + 1]) * (ys[k] + ys[k + 1]) / 2 for k in range(T - 1))
+        else:
+            assert isinstance(node, Steps)
+            values[node] = sum((xs[k] - xs[k + 1]) * ys[k] for k in range(T - 1))
+    outer = expr.xreplace(values)
+    # the outer guard of the kernel: 1/ap -> ap/(ap^2 + eps^2), /n -> /(n + eps)
+    return outer.replace(lambda e: isinstance(e, sympy.Pow) and e.exp == -1 and e.base.has(P),
+                         lambda e: 1 / (e.base + eps)) if expr.has(sympy.Symbol("P")) else outer
+
+
+@pytest.mark.parametrize("T", [3, 4])
+@pytest.mark.parametrize("name", ["auroc", "average_precision", "partial_auroc", "best_f1", "recall_at_precision"])
+def test_gradient_formula_equals_plain_sympy_differentiation(name: str, T: int) -> None:
+    """Runs the generated source on SymPy symbols; pure rational functions (auroc, AP) are then
+    compared symbolically (``cancel(a - b) == 0``), the rest (min/max cuts, exp of the smooth
+    maximum) at exact rational points, to 40 digits."""
+    text, values = FORMULAS[name]
+    expr = _formula(text, **values)
+    tp, fp = list(sympy.symbols(f"TP_0:{T}")), list(sympy.symbols(f"FP_0:{T}"))
+    P, N, eps, tau, tau_g = sympy.symbols("P N eps tau tau_g")
+    obj = lambda xs: np.array([xs], dtype=object)  # noqa: E731  (a batch of one: numpy keeps 0-d results arrays)
+    value, dtp, dfp = _run_symbolically(emit_curve_kernels(expr), obj(tp), obj(fp), obj(P), obj(N), eps, tau, tau_g)
+    value, dtp, dfp = value[0], dtp[0], dfp[0]
+    want = _expanded(expr, T, tp, fp, P, N, eps, tau, tau_g)
+    pairs = [(value, want)]
+    pairs += [(dtp[k], sympy.diff(want, tp[k])) for k in range(T)]
+    pairs += [(dfp[k], sympy.diff(want, fp[k])) for k in range(T)]
+    rng = np.random.default_rng(T)
+    rational = name in ("auroc", "average_precision")
+    for got, ref in pairs:
+        if rational:
+            assert sympy.cancel(sympy.together(got - ref)) == 0
+        for _ in range(2):
+            # generic points (no count 0, no cut at lo or hi): kinks have more than one subgradient
+            tps = sorted(rng.integers(1, 40, T), reverse=True)
+            fps = sorted(rng.integers(1, 90, T), reverse=True)
+            point = {P: 41, N: 97, eps: sympy.Rational(1, 1000), tau: sympy.Rational(1, 20),
+                     tau_g: sympy.Rational(1, 50),
+                     **{s: sympy.Integer(v) for s, v in zip(tp, tps, strict=True)},
+                     **{s: sympy.Integer(v) for s, v in zip(fp, fps, strict=True)}}
+            diff = (got - ref).xreplace(point)
+            assert abs(sympy.N(diff, 50)) < sympy.Float("1e-40"), (got, ref)
+
+
+# --- convergence and compilation ------------------------------------------------------------------
+
+def test_binned_area_and_steps_approach_the_exact_values() -> None:
+    rng = np.random.default_rng(0)
+    target = (rng.random(4000) < 0.2).astype(np.int64)
+    scores = 1 / (1 + np.exp(-rng.normal(1.2 * target - 0.6, 1.0)))
+    auroc, ap = roc_auc_score(target, scores), average_precision_score(target, scores)
+    errors = []
+    for T in (8, 64, 1024):
+        t = torch.linspace(0, 1, T, dtype=F64)[:-1]
+        s, y = torch.tensor(scores), torch.tensor(target, dtype=F64)
+        above = (s[None, :] >= torch.cat([t, torch.tensor([2.0], dtype=F64)])[:, None]).to(F64)
+        TP, FP = above @ y, above @ (1 - y)
+        P, N = y.sum(), (1 - y).sum()
+        got_auc = float(_kernels("auroc")["curve_value"](TP, FP, P, N, 1e-12, TAU, TAU_G))
+        got_ap = float(_kernels("ap")["curve_value"](TP, FP, P, N, 1e-12, TAU, TAU_G))
+        errors.append((abs(got_auc - auroc), abs(got_ap - ap)))
+    assert errors[-1][0] < 1e-4 and errors[-1][1] < 2e-3, errors
+    assert errors[-1][0] < errors[0][0] and errors[-1][1] < errors[0][1], errors
+
+
+def test_torch_compile_fullgraph_runs_without_graph_breaks() -> None:
+    fn = _kernels("best_f1 + auroc")["curve_and_gradient"]
+    TP, FP, P, N = _curves((), 33, seed=5)
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    got = compiled(TP, FP, P, N, EPS, TAU, TAU_G)
+    for a, b in zip(got, fn(TP, FP, P, N, EPS, TAU, TAU_G), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
