@@ -30,7 +30,7 @@ from .distributed import CountPool
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
 from .options import look_up_option
-from .relax import _relax_pair, relax
+from .relax import Relaxation
 from .sigmoids import stable_sigmoid
 from .symbolic import host_gradient, host_row, host_values
 
@@ -70,7 +70,8 @@ class _Terms(NamedTuple):
     objective: type[MetricLoss]
     constraints: tuple[ConstraintSpec, ...]
     penalty: float
-    relax_args: tuple[str, float, float, float, bool]
+    relax: Relaxation
+    from_logits: bool
     eps: float
 
 
@@ -147,7 +148,7 @@ class _ConstrainedFunction(torch.autograd.Function):
         if work != in_dtype:
             s, y = s.to(work), y.to(work)
             w = None if w is None else w.to(work)
-        a, d, k = _relax_pair(s, *terms.relax_args)
+        a, d, k = terms.relax.value_and_derivative(s, terms.from_logits)
         ctx.in_dtype, ctx.pool, ctx.scale, ctx.host = in_dtype, pool, k, None
         if pool is None and host_row(a, y):  # one row on the CPU: see symbolic.host_twin
             sums = count_sums(a, y, w, overwrite=a is not s)
@@ -311,13 +312,13 @@ class ConstrainedLoss(torch.nn.Module):
         """
         obj = self.objective
         lam = self._lam(s.shape[0])
-        relax_args = obj._relax_args()
-        terms = _Terms(type(obj), self.constraints, self.penalty, relax_args, obj.eps)
+        terms = _Terms(type(obj), self.constraints, self.penalty, obj.count_relax,
+                       obj.from_logits, obj.eps)
         if obj.backward_mode == "symbolic":
             loss, pooled = _ConstrainedFunction.apply(s, y, w, lam, terms, obj.pool)
         else:
             work = _wide(s.dtype)
-            a = relax(s.to(work), *relax_args, sigmoid=stable_sigmoid)
+            a = obj.count_relax.value(s.to(work), obj.from_logits, sigmoid=stable_sigmoid)
             counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
             if obj.pool is not None:
                 counts = obj.pool(counts, differentiable=True)

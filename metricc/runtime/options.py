@@ -15,7 +15,7 @@ from ..errors import MetricError, suggest
 
 #: Names of the relaxations; :data:`metricc.runtime.relax.RELAXATIONS` maps each
 #: to its object (a test keeps the two in step).
-RELAXATION_NAMES = ("anyloss", "linear", "sigmoid", "softmax")
+RELAXATION_NAMES = ("anyloss", "linear", "sigmoid", "softmax", "self_adjusting")
 REDUCTIONS = ("mean", "sum", "none")
 BACKWARDS = ("symbolic", "autograd")
 MULTIDIM_AVERAGES = ("global", "samplewise")
