@@ -21,7 +21,7 @@ from .distributed import count_pool
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .modes import class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
-from .relax import RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
+from .relax import OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
 from .symbolic import host_twin, symbolic_function
 from .weights import validate_weight, weight_rows
@@ -150,6 +150,17 @@ class MetricLoss(torch.nn.Module):
         self.relax.check_mode(mode)
         # A class-wise relaxation has relaxed the classes already: count what it gave.
         self.count_relax = RELAXATIONS["linear"] if self.relax.class_wise else self.relax
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; a loss pickled before relaxations held their options gets them here."""
+        super().__setstate__(state)
+        if "relax" not in state:
+            for name, owner in OPTION_OWNERS.items():  # options added since: their defaults
+                if name not in state:
+                    self.__dict__[name] = getattr(owner, name)
+            own = {k: getattr(self, k) for k in RELAXATIONS[self.relaxation].options}
+            self.relax = bound_relaxation(self.relaxation, self.from_logits, own)
+            self.count_relax = RELAXATIONS["linear"] if self.relax.class_wise else self.relax
 
     def extra_repr(self) -> str:
         """The options in use: the relaxation's own, and the class and memory options that are set."""

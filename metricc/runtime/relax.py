@@ -1,17 +1,16 @@
 """Relaxations: how scores become soft 0/1 predictions ``A(s)``, and their derivatives.
 
-A relaxation is one frozen :class:`Relaxation` dataclass registered in :data:`RELAXATIONS`:
-its name, its options (fields, each with its default and check), value, derivative (the
+A relaxation is one immutable :class:`Relaxation` registered in :data:`RELAXATIONS`:
+its name, its options (:class:`Option` attributes, each with its default and check), value, derivative (the
 plain form ``metricc.verify`` checks symbolically) and the fused value-and-derivative the
 loss runs. The registry holds each at its defaults; :meth:`Relaxation.bind` gives a copy
 holding checked options, which the loss keeps (``loss.relax``). Adding a relaxation means a
 class here, its name in :data:`metricc.runtime.options.RELAXATION_NAMES` (read by the CLI
-without torch) and its tests; adding an option to one means a field on its class.
+without torch) and its tests; adding an option to one means an :class:`Option` on its class.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -25,30 +24,48 @@ from .sigmoids import sigmoid_both, sigmoid_fused, sigmoid_pair
 Pair = tuple[Tensor, Tensor | None, float]
 
 
-def option(default: float, *, positive: bool = False, nonnegative: bool = True) -> Any:
-    """A relaxation option: a dataclass field whose value :meth:`Relaxation.bind` checks
-    with :func:`metricc.runtime.options.check_number` (``positive``, ``nonnegative``)."""
-    return dataclasses.field(default=default,
-                             metadata={"positive": positive, "nonnegative": nonnegative})
+class Option:
+    """A relaxation option, declared on its class (``amplifier = Option(73.0, positive=True)``):
+    its default, and the check :meth:`Relaxation.bind` runs
+    (:func:`metricc.runtime.options.check_number` with ``positive``, ``nonnegative``).
+
+    Read on an instance it is that instance's value. (A dataclass would do this too, but
+    dataclasses look their module up in ``sys.modules``, and a standalone file may be
+    run without being imported.)
+    """
+
+    def __init__(self, default: float, *, positive: bool = False, nonnegative: bool = True
+                 ) -> None:
+        self.default, self.positive, self.nonnegative = default, positive, nonnegative
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type) -> Any:
+        return self.default if obj is None else obj.__dict__.get(self.name, self.default)
+
+    def check(self, value: Any) -> float:
+        return check_number(self.name, value, positive=self.positive,
+                            nonnegative=self.nonnegative)
 
 
-class _OptionNames:
-    """``cls.options``: the names of a relaxation class's option fields, in order."""
+def _declared(cls: type) -> dict[str, Option]:
+    """``cls``'s options by name, in the order its classes declare them (bases first)."""
+    out: dict[str, Option] = {}
+    for klass in reversed(cls.__mro__):
+        out.update((k, v) for k, v in vars(klass).items() if isinstance(v, Option))
+    return out
 
-    def __get__(self, obj: Any, owner: type) -> tuple[str, ...]:
-        if not dataclasses.is_dataclass(owner):  # asked by @dataclass itself, before it is one
-            return ()
-        return tuple(f.name for f in dataclasses.fields(owner))
 
-
-@dataclasses.dataclass(frozen=True)
 class Relaxation:
-    """One relaxation ``A(s)``, holding its options (its dataclass fields).
+    """One relaxation ``A(s)``, holding its options (its :class:`Option` attributes).
 
     ``RELAXATIONS[name]`` holds the defaults; ``bind(**options)`` returns a copy with
     checked values (:class:`MetricError` otherwise), e.g.
-    ``RELAXATIONS["anyloss"].bind(amplifier=50.0)``. Every method reads the options
-    from ``self`` and takes ``from_logits`` (``s`` logits or probabilities).
+    ``RELAXATIONS["anyloss"].bind(amplifier=50.0)``; instances are immutable. Every
+    method reads the options from ``self`` and takes ``from_logits`` (``s`` logits or
+    probabilities).
 
     ``value(s, from_logits)`` is ``A(s)`` (pass ``sigmoid=stable_sigmoid`` where
     autograd differentiates it) and ``derivative(s, from_logits)`` its plain
@@ -68,31 +85,60 @@ class Relaxation:
     >>> r = RELAXATIONS["anyloss"].bind(amplifier=50)
     >>> r, r.options
     (AnyLoss(amplifier=50.0), ('amplifier',))
-    >>> RELAXATIONS["anyloss"].bind(amplifer=50)
+    >>> RELAXATIONS["anyloss"].bind(amplifer=50)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    metricc.errors.MetricError: relaxation='anyloss' has no option 'amplifer' (its options: amplifier) (did you mean 'amplifier'?)
+    metricc.errors.MetricError: relaxation='anyloss' has no option 'amplifer' ... (did you mean 'amplifier'?)
     """
 
     name: ClassVar[str] = ""
-    #: The names of the options (the dataclass fields), shown by the loss's repr.
-    options: ClassVar[tuple[str, ...]] = _OptionNames()  # type: ignore[assignment]
+    #: The names of the options (its :class:`Option` attributes), shown by the loss's repr.
+    options: ClassVar[tuple[str, ...]] = ()
     #: True for a relaxation of a whole class dimension (:class:`Softmax`): it maps the
     #: ``(N, C, *)`` input to relaxed class memberships, which are then counted as they are.
     class_wise: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.options = tuple(_declared(cls))
+
+    def __init__(self, **values: Any) -> None:
+        unknown = set(values) - set(self.options)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no option {sorted(unknown)[0]!r}")
+        self.__dict__.update(values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: use bind({name}=...)")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, o) for o in self.options)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{o}={getattr(self, o)!r}" for o in self.options)
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._values() == self._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._values()))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild_relaxation, (self.name, dict(zip(self.options, self._values(), strict=True)))
+
     def bind(self, **values: Any) -> Any:
         """A copy holding ``values`` for some of this relaxation's options, each checked."""
-        fields = {f.name: f for f in dataclasses.fields(self)}
+        declared = _declared(type(self))
         checked = {}
         for key, value in values.items():
-            f = fields.get(key)
-            if f is None:
-                own = ", ".join(fields) or "none"
+            opt = declared.get(key)
+            if opt is None:
+                own = ", ".join(declared) or "none"
                 raise MetricError(f"relaxation={self.name!r} has no option {key!r} (its options: "
-                                  f"{own}){suggest(key, list(fields))}")
-            checked[key] = check_number(key, value, **f.metadata)
-        return dataclasses.replace(self, **checked)
+                                  f"{own}){suggest(key, list(declared))}")
+            checked[key] = opt.check(value)
+        return type(self)(**{**dict(zip(self.options, self._values(), strict=True)), **checked})
 
     def check_options(self, from_logits: bool) -> None:
         """Refuse option values this relaxation cannot work with on this kind of input."""
@@ -119,12 +165,11 @@ class Relaxation:
         return self.pair(s, from_logits)
 
 
-@dataclasses.dataclass(frozen=True)
 class AnyLoss(Relaxation):
     """``sigmoid(amplifier * (p - 0.5))``, ``p`` the probability (``sigmoid(s)`` on logits)."""
 
     name = "anyloss"
-    amplifier: float = option(73.0, positive=True)
+    amplifier = Option(73.0, positive=True)
 
     def value(self, s: Tensor, from_logits: bool, sigmoid: Any = torch.sigmoid) -> Tensor:
         p = sigmoid(s) if from_logits else s
@@ -164,7 +209,6 @@ class AnyLoss(Relaxation):
         return a, da * dp, k
 
 
-@dataclasses.dataclass(frozen=True)
 class Linear(Relaxation):
     """``p`` itself: the probability (``sigmoid(s)`` on logits)."""
 
@@ -191,13 +235,12 @@ class Linear(Relaxation):
         return p, d, 1.0
 
 
-@dataclasses.dataclass(frozen=True)
 class Sigmoid(Relaxation):
     """``sigmoid(slope * (logit + offset))`` (sigmoidF1), on logits only."""
 
     name = "sigmoid"
-    slope: float = option(1.0, positive=True)
-    offset: float = option(0.0, nonnegative=False)
+    slope = Option(1.0, positive=True)
+    offset = Option(0.0, nonnegative=False)
 
     def check_options(self, from_logits: bool) -> None:
         if not from_logits:
@@ -228,7 +271,6 @@ class Sigmoid(Relaxation):
         return a, d, self.slope
 
 
-@dataclasses.dataclass(frozen=True)
 class SelfAdjusting(Relaxation):
     """``(1 - p)^alpha * p``: the self-adjusting relaxation of Li et al., "Dice Loss for
     Data-imbalanced NLP Tasks" (ACL 2020), ``p`` the probability (``sigmoid(s)`` on logits).
@@ -241,7 +283,7 @@ class SelfAdjusting(Relaxation):
     """
 
     name = "self_adjusting"
-    alpha: float = option(1.0)
+    alpha = Option(1.0)
 
     def check_options(self, from_logits: bool) -> None:
         if not from_logits and 0 < self.alpha < 1:
@@ -287,7 +329,6 @@ class SelfAdjusting(Relaxation):
         return a, a * (q - alpha * p), 1.0
 
 
-@dataclasses.dataclass(frozen=True)
 class Softmax(Linear):
     """``softmax(x / temperature)`` over the classes: the relaxed argmax of ``(N, C, *)`` scores.
 
@@ -308,7 +349,7 @@ class Softmax(Linear):
     """
 
     name = "softmax"
-    temperature: float = option(1.0, positive=True)
+    temperature = Option(1.0, positive=True)
     class_wise = True
 
     def check_options(self, from_logits: bool) -> None:
@@ -382,6 +423,11 @@ class _ClassRelaxation(torch.autograd.Function):
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
         a, x = ctx.saved_tensors
         return Softmax.class_vjp(a, g, x, *ctx.args), None, None
+
+
+def _rebuild_relaxation(name: str, values: dict[str, Any]) -> Relaxation:
+    """Unpickle a relaxation: the registered one of that name, holding these values."""
+    return type(RELAXATIONS[name])(**values)
 
 
 #: Every relaxation at its defaults, by name: the one registry the loss, ``verify()`` and

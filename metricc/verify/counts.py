@@ -474,7 +474,7 @@ def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size:
             cases.setdefault(name, (r, from_logits))
     from ..runtime.relax import bound_relaxation
 
-    for relaxation, (r, from_logits) in cases.items():
+    for relaxation, (_, from_logits) in cases.items():
         _against_reference(
             report, f"{relaxation}/{{backward}}",
             lambda b, rel=relaxation, fl=from_logits: metric.loss(
