@@ -41,6 +41,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.errors",
         "metricc.runtime.options",
         "metricc.runtime.sigmoids",
+        "metricc.runtime.relax_base",
         "metricc.runtime.relax",
         "metricc.runtime.counts",
         "metricc.runtime.distributed",
@@ -51,6 +52,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.logit_grad",
         "metricc.runtime.symbolic",
         "metricc.runtime.loss",
+        "metricc.runtime.constraint_state",
         "metricc.runtime.constrained",
         "metricc.runtime.matrix",
     ))

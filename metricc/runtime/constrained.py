@@ -25,8 +25,9 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .constraint_state import ConstraintState
 from .counts import _counts, _host, _rows, _to_input_dtype, _wide, count_sums, derive_counts, soft_counts
-from .distributed import CountPool
+from .distributed import CountPool, recomputing
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
 from .options import look_up_option
@@ -191,7 +192,7 @@ class _ConstrainedFunction(torch.autograd.Function):
         return _to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None
 
 
-class ConstrainedLoss(torch.nn.Module):
+class ConstrainedLoss(ConstraintState):
     """The Lagrangian of ``objective`` subject to ``constraints``, with its own multipliers.
 
     ``forward(input, target)`` takes what the objective's loss takes (binary
@@ -250,6 +251,9 @@ class ConstrainedLoss(torch.nn.Module):
         # under memory_decay, so the multiplier step sees the same data as the gradient.
         self.hard_pool = None if pool is None else CountPool(
             pool.sync_dist, pool.process_group, pool.memory_decay)
+        # The multipliers the last training step started from: what activation
+        # checkpointing's recomputation of that step must use (see row_losses).
+        self.stepped_from: Tensor | None = None
 
     def extra_repr(self) -> str:
         return (f"constraints={list(self.labels)}, multiplier_lr={self.multiplier_lr}, "
@@ -264,6 +268,7 @@ class ConstrainedLoss(torch.nn.Module):
 
     def reset_multipliers(self) -> None:
         """Set every multiplier back to 0 (one per constraint, as at construction)."""
+        self.stepped_from = None
         self.multipliers = torch.zeros(len(self.constraints), dtype=torch.float64,
                                        device=self.multipliers.device)
         self.constraint_values = torch.full_like(self.multipliers, math.nan)
@@ -311,7 +316,11 @@ class ConstrainedLoss(torch.nn.Module):
         buffer then has shape ``(R, K)``): many models trained side by side.
         """
         obj = self.objective
-        lam = self._lam(s.shape[0])
+        # Activation checkpointing runs this forward again inside the backward: that
+        # recomputation must see the multipliers the step saw, and must not step again.
+        again = (not torch.compiler.is_compiling() and recomputing()
+                 and self.stepped_from is not None)
+        lam = self.stepped_from if again else self._lam(s.shape[0])
         terms = _Terms(type(obj), self.constraints, self.penalty, obj.count_relax,
                        obj.from_logits, obj.eps)
         if obj.backward_mode == "symbolic":
@@ -324,6 +333,8 @@ class ConstrainedLoss(torch.nn.Module):
                 counts = obj.pool(counts, differentiable=True)
             loss = _lagrangian(terms, counts, lam, coefficients=False)[0].to(work)
             pooled = torch.stack(counts, -1).detach()
+        if again:
+            return loss
         with torch.no_grad():
             if self.multiplier_rates == "hard":
                 pooled = self._hard_counts(s, y, w)
@@ -366,6 +377,7 @@ class ConstrainedLoss(torch.nn.Module):
             self.constraint_values.copy_(values.reshape(shape))
             if not training_step:
                 return
+            self.stepped_from = lam
             sense = torch.tensor([_sense(c.op) for c in self.constraints], dtype=torch.float64,
                                  device=lam.device)
             bound = torch.tensor([c.bound for c in self.constraints], dtype=torch.float64,
