@@ -216,6 +216,9 @@ class ConstrainedLoss(ConstraintState):
 
     multipliers: Tensor
     constraint_values: Tensor
+    #: The multipliers the last training step started from (a class default for losses
+    #: pickled before it existed).
+    stepped_from: Tensor | None = None
 
     def __init__(self, objective: MetricLoss, constraints: Sequence[ConstraintSpec], *,
                  multiplier_lr: float = 0.05, penalty: float = 1.0,
@@ -251,9 +254,8 @@ class ConstrainedLoss(ConstraintState):
         # under memory_decay, so the multiplier step sees the same data as the gradient.
         self.hard_pool = None if pool is None else CountPool(
             pool.sync_dist, pool.process_group, pool.memory_decay)
-        # The multipliers the last training step started from: what activation
-        # checkpointing's recomputation of that step must use (see row_losses).
-        self.stepped_from: Tensor | None = None
+        # What activation checkpointing's recomputation of a step uses (see row_losses).
+        self.stepped_from = None
 
     def extra_repr(self) -> str:
         return (f"constraints={list(self.labels)}, multiplier_lr={self.multiplier_lr}, "
