@@ -100,7 +100,7 @@ class Relaxation:
     def __init__(self, **values: Any) -> None:
         unknown = set(values) - set(self.options)
         if unknown:
-            raise TypeError(f"{type(self).__name__} has no option {sorted(unknown)[0]!r}")
+            raise TypeError(f"{type(self).__name__} has no option {min(unknown)!r}")
         self.__dict__.update(values)
 
     def __setattr__(self, name: str, value: Any) -> None:
