@@ -16,9 +16,11 @@ the argmax class; the score is test-fold QWK (scikit-learn ``cohen_kappa_score``
 quadratic weights, labels 0..4). Losses:
 
 * ``cross-entropy``: ``torch.nn.functional.cross_entropy``;
-* ``qwk``: ``metricc.compile("quadratic_kappa").loss(from_logits=True)`` (the default
-  relaxation, a temperature-0.5 softmax);
-* ``qwk linear``: the same with ``relaxation="linear"`` (plain softmax probabilities);
+* ``qwk``: ``metricc.compile("quadratic_kappa").loss(from_logits=True, temperature=0.5)``
+  (the softmax relaxation sharpened to temperature 0.5, the K x K default until the 2x2
+  and K x K softmax were made one, at temperature 1);
+* ``qwk linear``: the same with ``relaxation="linear"`` (plain softmax probabilities, which
+  on logits is the default temperature-1 softmax);
 * ``ce + qwk``: the sum of cross-entropy and the default qwk loss.
 
 Run (about 1 minute of CPU on one thread; ``--quick`` is a seconds-long smoke run)::
@@ -60,7 +62,7 @@ def load() -> tuple[np.ndarray, np.ndarray]:
 
 def losses() -> dict[str, Loss]:
     qwk = metricc.compile("quadratic_kappa")
-    soft = qwk.loss(from_logits=True)
+    soft = qwk.loss(from_logits=True, temperature=0.5)
     linear = qwk.loss("linear", from_logits=True)
     ce = torch.nn.functional.cross_entropy
     return {"cross-entropy": ce, "qwk": soft, "qwk linear": linear,

@@ -47,15 +47,15 @@ def test_values_are_the_definition_and_tend_to_the_argmax() -> None:
     p = torch.softmax(x, 1)
     p[0, 2, 3] = 0.0  # a zero probability gives no 0/0
     for t in (1.0, 0.5, 0.1):
-        torch.testing.assert_close(r.classes(x, t, True), torch.softmax(x / t, 1))
+        torch.testing.assert_close(r.bind(temperature=t).classes(x, True), torch.softmax(x / t, 1))
         want = p ** (1 / t) / (p ** (1 / t)).sum(1, keepdim=True)
-        torch.testing.assert_close(r.classes(p, t, False), want)
+        torch.testing.assert_close(r.bind(temperature=t).classes(p, False), want)
         g = torch.randn_like(x)
         for fl, inp in ((True, x), (False, p)):
             a1 = inp.clone().requires_grad_(True)
             a2 = inp.clone().requires_grad_(True)
-            (d1,) = torch.autograd.grad(r.classes(a1, t, fl), a1, g)
-            (d2,) = torch.autograd.grad(r.classes(a2, t, fl, autograd=True), a2, g)
+            (d1,) = torch.autograd.grad(r.bind(temperature=t).classes(a1, fl), a1, g)
+            (d2,) = torch.autograd.grad(r.bind(temperature=t).classes(a2, fl, autograd=True), a2, g)
             assert torch.isfinite(d1).all()
             torch.testing.assert_close(d1, d2)
             # On logits the loss runs torch's softmax backward; the vjp that verify()
@@ -63,7 +63,7 @@ def test_values_are_the_definition_and_tend_to_the_argmax() -> None:
             a = r.class_value(inp, t, fl)
             torch.testing.assert_close(r.class_vjp(a, g, inp, t, fl), d1)
     onehot = torch.nn.functional.one_hot(x.argmax(1), 4).movedim(-1, 1).to(x.dtype)
-    torch.testing.assert_close(r.classes(x, 1e-4, True), onehot)
+    torch.testing.assert_close(r.bind(temperature=1e-4).classes(x, True), onehot)
 
 
 @pytest.mark.parametrize("classes", [3, 5, 21])

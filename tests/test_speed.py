@@ -19,9 +19,23 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import metricc
 from metricc.runtime.counts import _counts, soft_counts
 from metricc.runtime.options import MODES
-from metricc.runtime.relax import _relax_pair, _relax_pair_fused, relax, relax_grad
+from metricc.runtime.relax import Pair, bound_relaxation, relax, relax_grad
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _relax_pair(s: torch.Tensor, relaxation: str, amplifier: float, slope: float, offset: float,
+                from_logits: bool) -> Pair:
+    """The eager in-place ``Relaxation.pair`` of ``relaxation`` bound to these options."""
+    opts = {"amplifier": amplifier, "slope": slope, "offset": offset}
+    return bound_relaxation(relaxation, from_logits, opts).pair(s, from_logits)
+
+
+def _relax_pair_fused(s: torch.Tensor, relaxation: str, amplifier: float, slope: float,
+                      offset: float, from_logits: bool) -> Pair:
+    """The compile-time ``Relaxation.pair_fused`` (run eagerly) of ``relaxation``."""
+    opts = {"amplifier": amplifier, "slope": slope, "offset": offset}
+    return bound_relaxation(relaxation, from_logits, opts).pair_fused(s, from_logits)
 
 # (relaxation, from_logits) pairs the loss accepts.
 RELAXATIONS = [("anyloss", False), ("anyloss", True), ("linear", False), ("linear", True),

@@ -1,6 +1,5 @@
 """The loss at run time: torch-only modules, which standalone loss files carry too.
 
-===================  ==========================================================
 ``options``          the string options and their checks (standard library only)
 ``sigmoids``         the sigmoid with its derivative, accurate where it rounds to 1
 ``relax``            relaxations, one registered object each
@@ -17,6 +16,26 @@
 ``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix
 ``curve``            soft ROC/PR curves on a threshold grid, pooled over ranks and batches
 ===================  ==========================================================
+=======
+====================  ==========================================================
+``options``           the string options and their checks (standard library only)
+``sigmoids``          the sigmoid with its derivative, accurate where it rounds to 1
+``relax_base``        ``Relaxation``: an immutable object holding its checked options
+``relax``             relaxations, one registered object each
+``counts``            soft confusion counts and the dtype policy
+``distributed``       counts summed over ranks and remembered over batches
+``hints``             input mix-ups named with their fix (probabilities as logits, ...)
+``modes``             per-mode validate/format stages
+``averages``          the class-presence test and the class and sample averages
+``weights``           per-element weight maps (``loss_fn(input, target, weight=w)``)
+``logit_grad``        compiled softmax losses on class indices: the logit gradient in the forward
+``symbolic``          the symbolic autograd Function, and the kernel's twin on plain numbers
+``loss``              ``MetricLoss``
+``constraint_state``  the multipliers through casts and checkpoints
+``constrained``       ``ConstrainedLoss``: a loss subject to constraints, its multipliers
+``matrix``            ``MatrixLoss``: K x K metrics on the soft confusion matrix
+``curve``             soft ROC/PR curves on a threshold grid, pooled over ranks and batches
+====================  ==========================================================
 
 Importing this package loads nothing; each name below is loaded from its
 module on first use, so ``metricc.runtime.options`` stays usable without torch
@@ -34,6 +53,7 @@ _EXPORTS = {
     "MULTIDIM_AVERAGES": "options", "REDUCTIONS": "options", "RELAXATION_NAMES": "options",
     "look_up_option": "options",
     "RELAXATIONS": "relax", "Relaxation": "relax", "relax": "relax", "relax_grad": "relax",
+    "Option": "relax", "bound_relaxation": "relax",
     "stable_sigmoid": "sigmoids",
     "soft_counts": "counts",
     "CountPool": "distributed", "sync_counts": "distributed",

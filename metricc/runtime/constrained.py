@@ -25,12 +25,13 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .constraint_state import ConstraintState
 from .counts import _counts, _host, _rows, _to_input_dtype, _wide, count_sums, derive_counts, soft_counts
-from .distributed import CountPool
+from .distributed import CountPool, recomputing
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
 from .options import look_up_option
-from .relax import _relax_pair, relax
+from .relax import Relaxation
 from .sigmoids import stable_sigmoid
 from .symbolic import host_gradient, host_row, host_values
 
@@ -70,7 +71,8 @@ class _Terms(NamedTuple):
     objective: type[MetricLoss]
     constraints: tuple[ConstraintSpec, ...]
     penalty: float
-    relax_args: tuple[str, float, float, float, bool]
+    relax: Relaxation
+    from_logits: bool
     eps: float
 
 
@@ -147,7 +149,7 @@ class _ConstrainedFunction(torch.autograd.Function):
         if work != in_dtype:
             s, y = s.to(work), y.to(work)
             w = None if w is None else w.to(work)
-        a, d, k = _relax_pair(s, *terms.relax_args)
+        a, d, k = terms.relax.value_and_derivative(s, terms.from_logits)
         ctx.in_dtype, ctx.pool, ctx.scale, ctx.host = in_dtype, pool, k, None
         if pool is None and host_row(a, y):  # one row on the CPU: see symbolic.host_twin
             sums = count_sums(a, y, w, overwrite=a is not s)
@@ -190,7 +192,7 @@ class _ConstrainedFunction(torch.autograd.Function):
         return _to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None
 
 
-class ConstrainedLoss(torch.nn.Module):
+class ConstrainedLoss(ConstraintState):
     """The Lagrangian of ``objective`` subject to ``constraints``, with its own multipliers.
 
     ``forward(input, target)`` takes what the objective's loss takes (binary
@@ -214,6 +216,9 @@ class ConstrainedLoss(torch.nn.Module):
 
     multipliers: Tensor
     constraint_values: Tensor
+    #: The multipliers the last training step started from (a class default for losses
+    #: pickled before it existed).
+    stepped_from: Tensor | None = None
 
     def __init__(self, objective: MetricLoss, constraints: Sequence[ConstraintSpec], *,
                  multiplier_lr: float = 0.05, penalty: float = 1.0,
@@ -249,6 +254,8 @@ class ConstrainedLoss(torch.nn.Module):
         # under memory_decay, so the multiplier step sees the same data as the gradient.
         self.hard_pool = None if pool is None else CountPool(
             pool.sync_dist, pool.process_group, pool.memory_decay)
+        # What activation checkpointing's recomputation of a step uses (see row_losses).
+        self.stepped_from = None
 
     def extra_repr(self) -> str:
         return (f"constraints={list(self.labels)}, multiplier_lr={self.multiplier_lr}, "
@@ -263,6 +270,7 @@ class ConstrainedLoss(torch.nn.Module):
 
     def reset_multipliers(self) -> None:
         """Set every multiplier back to 0 (one per constraint, as at construction)."""
+        self.stepped_from = None
         self.multipliers = torch.zeros(len(self.constraints), dtype=torch.float64,
                                        device=self.multipliers.device)
         self.constraint_values = torch.full_like(self.multipliers, math.nan)
@@ -310,19 +318,25 @@ class ConstrainedLoss(torch.nn.Module):
         buffer then has shape ``(R, K)``): many models trained side by side.
         """
         obj = self.objective
-        lam = self._lam(s.shape[0])
-        relax_args = obj._relax_args()
-        terms = _Terms(type(obj), self.constraints, self.penalty, relax_args, obj.eps)
+        # Activation checkpointing runs this forward again inside the backward: that
+        # recomputation must see the multipliers the step saw, and must not step again.
+        again = (not torch.compiler.is_compiling() and recomputing()
+                 and self.stepped_from is not None)
+        lam = self.stepped_from if again else self._lam(s.shape[0])
+        terms = _Terms(type(obj), self.constraints, self.penalty, obj.count_relax,
+                       obj.from_logits, obj.eps)
         if obj.backward_mode == "symbolic":
             loss, pooled = _ConstrainedFunction.apply(s, y, w, lam, terms, obj.pool)
         else:
             work = _wide(s.dtype)
-            a = relax(s.to(work), *relax_args, sigmoid=stable_sigmoid)
+            a = obj.count_relax.value(s.to(work), obj.from_logits, sigmoid=stable_sigmoid)
             counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
             if obj.pool is not None:
                 counts = obj.pool(counts, differentiable=True)
             loss = _lagrangian(terms, counts, lam, coefficients=False)[0].to(work)
             pooled = torch.stack(counts, -1).detach()
+        if again:
+            return loss
         with torch.no_grad():
             if self.multiplier_rates == "hard":
                 pooled = self._hard_counts(s, y, w)
@@ -365,6 +379,7 @@ class ConstrainedLoss(torch.nn.Module):
             self.constraint_values.copy_(values.reshape(shape))
             if not training_step:
                 return
+            self.stepped_from = lam
             sense = torch.tensor([_sense(c.op) for c in self.constraints], dtype=torch.float64,
                                  device=lam.device)
             bound = torch.tensor([c.bound for c in self.constraints], dtype=torch.float64,

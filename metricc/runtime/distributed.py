@@ -65,6 +65,31 @@ class _AllReduceSum(torch.autograd.Function):
         return _all_reduce_sum(grad, ctx.process_group), None
 
 
+def recomputing() -> bool:
+    """True while the autograd engine runs a backward pass: a forward called then is
+    activation checkpointing's recomputation (``torch.utils.checkpoint``), not a new step,
+    so a loss must not update its state (memory, multipliers) in it. Eager only."""
+    return torch._C._current_graph_task_id() != -1
+
+
+def keep_float64(module: torch.nn.Module, names: tuple[str, ...], fn: Any, recurse: bool) -> None:
+    """``Module._apply(fn)`` (``.to``, ``.half``, ``.cuda``, ...) on ``module``, moving the
+    buffers ``names`` to ``fn``'s device but keeping them float64 (state such as counts
+    and multipliers loses precision, or overflows, in half precision)."""
+    kept = {n: getattr(module, n) for n in names}
+    for n in names:
+        setattr(module, n, None)
+    try:
+        torch.nn.Module._apply(module, fn, recurse)
+    finally:
+        for n, t in kept.items():
+            if t is not None:
+                # Where fn sends a float64 tensor on t's device is where t goes.
+                device = fn(torch.zeros(0, dtype=torch.float64, device=t.device)).device
+                t = t.to(device=device, dtype=torch.float64)
+            setattr(module, n, t)
+
+
 class CountPool(torch.nn.Module):
     """Pools a loss's soft counts over the ranks of a process group and over past batches.
 
@@ -92,6 +117,8 @@ class CountPool(torch.nn.Module):
         # Not persistent: the memory is per-epoch training state, and keeping it out of
         # state_dict lets checkpoints load into losses with and without memory alike.
         self.register_buffer("memory", None, persistent=False)
+        # The memory before the last update: what a recomputation of that step reads.
+        self.register_buffer("memory_before", None, persistent=False)
 
     def extra_repr(self) -> str:
         return f"sync_dist={self.sync_dist}, memory_decay={self.memory_decay}"
@@ -102,21 +129,13 @@ class CountPool(torch.nn.Module):
         A module cast would round the remembered counts: after ``.half()`` a sum
         of 200k elements is ``29888.`` or ``inf``, and the loss sticks or turns NaN.
         """
-        memory = self.memory
-        if memory is None:
-            return super()._apply(fn, recurse)
-        self.memory = None
-        try:
-            super()._apply(fn, recurse)
-        finally:
-            # Where fn sends a float64 tensor on the memory's device is where the memory goes.
-            device = fn(torch.zeros(0, dtype=torch.float64, device=memory.device)).device
-            self.memory = memory.to(device=device, dtype=torch.float64)
+        keep_float64(self, ("memory", "memory_before"), fn, recurse)
         return self
 
     def reset(self) -> None:
         """Forget all past batches."""
         self.memory = None
+        self.memory_before = None
 
     def forward(self, counts: tuple[Tensor, ...], differentiable: bool = False
                 ) -> tuple[Tensor, ...]:
@@ -124,30 +143,48 @@ class CountPool(torch.nn.Module):
         c = torch.stack(counts, -1)
         if self.sync_dist:
             c = sync_counts(c, self.process_group, differentiable=differentiable)
-        if self.memory_decay is not None and self.training:
+        if self.memory_decay is None or not self.training:
+            return c.unbind(-1)
+        if not torch.compiler.is_compiling():
+            # Data-independent mode checks, eager only: torch.compile traces neither
+            # (is_inference_mode_enabled is a graph break), and a traced step is a
+            # training step (a compiled function under inference_mode is recompiled).
             if torch.is_inference_mode_enabled():
                 # An evaluation pass under torch.inference_mode() (still in train mode)
                 # reads the memory but leaves it alone: a buffer made there is an
                 # inference tensor, which the next training step could not update in place.
-                if self.memory is not None and self.memory.shape == c.shape:
-                    c = c + self.memory_decay * self.memory.to(c.dtype)
-                return c.unbind(-1)
+                return self._plus(c, self.memory).unbind(-1)
+            if recomputing():
+                # Activation checkpointing runs the forward again inside the backward: it
+                # must see the memory the first run saw, and not add this batch twice.
+                return self._plus(c, self.memory_before).unbind(-1)
             if self.memory is not None and self.memory.is_inference():
                 self.memory = self.memory.clone()  # made under inference mode elsewhere
-            if self.memory is None or self.memory.dtype != c.dtype:
-                # float64 like the counts, also after module.half(): large sums lose
-                # precision (and overflow at 65504) in half precision.
-                old = self.memory
-                self.memory = torch.zeros_like(c) if old is None else old.to(c.dtype)
-            if self.memory.shape != c.shape:
-                raise MetricError(
-                    f"the loss's memory holds counts of shape {tuple(self.memory.shape)} but this "
-                    f"batch gives {tuple(c.shape)}; call reset_memory() when the rows change"
-                )
-            c = c + self.memory_decay * self.memory
-            # In place, so torch.compile sees a buffer mutation rather than a new attribute.
-            self.memory.copy_(c.detach())
+        if self.memory is None or self.memory.dtype != c.dtype:
+            # float64 like the counts, also after module.half(): large sums lose
+            # precision (and overflow at 65504) in half precision.
+            old = self.memory
+            self.memory = torch.zeros_like(c) if old is None else old.to(c.dtype)
+            self.memory_before = torch.zeros_like(c)
+        if self.memory.shape != c.shape:
+            raise MetricError(
+                f"the loss's memory holds counts of shape {tuple(self.memory.shape)} but this "
+                f"batch gives {tuple(c.shape)}; call reset_memory() when the rows change"
+            )
+        before = self.memory.detach()
+        c = c + self.memory_decay * before
+        # In place, so torch.compile sees buffer mutations rather than new attributes.
+        if self.memory_before is None or self.memory_before.shape != c.shape:
+            self.memory_before = torch.zeros_like(c)
+        self.memory_before.copy_(before)
+        self.memory.copy_(c.detach())
         return c.unbind(-1)
+
+    def _plus(self, c: Tensor, memory: Tensor | None) -> Tensor:
+        """``c`` plus the decayed ``memory`` where it fits, else ``c``."""
+        if memory is None or memory.shape != c.shape:
+            return c
+        return c + self.memory_decay * memory.to(c.dtype)  # type: ignore[operator]
 
     def across_ranks(self, t: Tensor) -> Tensor:
         """``t`` (detached, float64) summed over ranks under ``sync_dist``, else as it is.

@@ -21,7 +21,7 @@ from .distributed import count_pool
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .modes import class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
-from .relax import RELAXATIONS, relax
+from .relax import OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
 from .symbolic import host_twin, symbolic_function
 from .weights import validate_weight, weight_rows
@@ -100,6 +100,7 @@ class MetricLoss(torch.nn.Module):
         slope: float = 1.0,
         offset: float = 0.0,
         temperature: float = 1.0,
+        alpha: float = 1.0,
         from_logits: bool = False,
         backward: str = "symbolic",
         multidim_average: str = "global",
@@ -120,19 +121,20 @@ class MetricLoss(torch.nn.Module):
         self.soft_label = check_flag("soft_label", soft_label)
         if relaxation is None:  # the default: the relaxed argmax for classes, else AnyLoss
             relaxation = "softmax" if mode == "multiclass" else "anyloss"
-        relax = RELAXATIONS[look_up_option("relaxation", relaxation)]
+        look_up_option("relaxation", relaxation)
         for name, value in (("backward", backward), ("multidim_average", multidim_average),
                             ("reduction", reduction)):
             look_up_option(name, value)
         from_logits = check_flag("from_logits", from_logits)
-        relax.check_options(from_logits)
-        self.amplifier = check_number("amplifier", amplifier, positive=True)
-        self.slope = check_number("slope", slope, positive=True)
+        # Every relaxation option is checked by the relaxation declaring it; the chosen
+        # relaxation holds its own (self.relax), the others stay attributes for the repr.
+        options = check_relaxation_options({"amplifier": amplifier, "slope": slope,
+                                            "offset": offset, "temperature": temperature,
+                                            "alpha": alpha})
+        self.relax = bound_relaxation(relaxation, from_logits, options)
+        self.amplifier, self.slope, self.offset, self.temperature, self.alpha = options.values()
         self.eps = check_number("eps", eps)
-        self.temperature = (relax.check_temperature(temperature, bool(from_logits))
-                            if relax.class_wise else check_number("temperature", temperature))
         self.relaxation = relaxation
-        self.offset = check_number("offset", offset, nonnegative=False)
         self.from_logits = from_logits
         self.backward_mode = backward
         self.multidim_average = multidim_average
@@ -145,12 +147,25 @@ class MetricLoss(torch.nn.Module):
             mode, average, ignore_index, classes, class_weights)
         if mode == "multiclass" and average == "micro" and self.micro_refusal:
             raise MetricError(self.micro_refusal)
-        relax.check_mode(mode)
+        self.relax.check_mode(mode)
+        # A class-wise relaxation has relaxed the classes already: count what it gave.
+        self.count_relax = RELAXATIONS["linear"] if self.relax.class_wise else self.relax
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; a loss pickled before relaxations held their options gets them here."""
+        super().__setstate__(state)
+        if "relax" not in state:
+            for name, owner in OPTION_OWNERS.items():  # options added since: their defaults
+                if name not in state:
+                    self.__dict__[name] = getattr(owner, name)
+            own = {k: getattr(self, k) for k in RELAXATIONS[self.relaxation].options}
+            self.relax = bound_relaxation(self.relaxation, self.from_logits, own)
+            self.count_relax = RELAXATIONS["linear"] if self.relax.class_wise else self.relax
 
     def extra_repr(self) -> str:
         """The options in use: the relaxation's own, and the class and memory options that are set."""
         parts = [f"relaxation={self.relaxation!r}"]
-        parts += [f"{k}={getattr(self, k)!r}" for k in RELAXATIONS[self.relaxation].options]
+        parts += [f"{k}={getattr(self.relax, k)!r}" for k in self.relax.options]
         parts += [f"from_logits={self.from_logits}", f"mode={self.mode!r}"]
         if self.mode != "binary":
             parts.append(f"average={self.average!r}")
@@ -185,12 +200,6 @@ class MetricLoss(torch.nn.Module):
         if self.pool is not None:
             self.pool.reset()
 
-    def _relax_args(self, from_logits: bool | None = None) -> tuple[str, float, float, float, bool]:
-        fl = self.from_logits if from_logits is None else from_logits
-        # A class-wise relaxation has relaxed the classes already: count what it gave.
-        relaxation = "linear" if RELAXATIONS[self.relaxation].class_wise else self.relaxation
-        return relaxation, self.amplifier, self.slope, self.offset, fl
-
     def row_losses(self, s: Tensor, y: Tensor, w: Tensor | None = None, *,
                    from_logits: bool | None = None) -> Tensor:
         """Loss of each row of ``(R, M)`` scores against ``(R, M)`` labels, shape ``(R,)``.
@@ -206,15 +215,16 @@ class MetricLoss(torch.nn.Module):
                             from_logits: bool | None) -> tuple[Tensor, Tensor]:
         """:meth:`row_losses` and each row's support ``sum(w y)`` (``TP + FN`` of this
         batch, before any pooling; float64, detached), which the averages need."""
-        args = self._relax_args(from_logits)
+        fl = self.from_logits if from_logits is None else from_logits
         if self.backward_mode == "symbolic":
-            return self._function.apply(s, y, w, *args, self.eps, self.pool, self.soft_label)
+            return self._function.apply(s, y, w, self.count_relax, fl, self.eps, self.pool,
+                                        self.soft_label)
         # Same dtype path as the symbolic backward: float32 at least.
         work = _wide(s.dtype)
         sw = s.to(work)
         if s.dtype == torch.float16 and sw.requires_grad:
             sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
-        a = relax(sw, *args, sigmoid=stable_sigmoid)
+        a = self.count_relax.value(sw, fl, sigmoid=stable_sigmoid)
         counts = soft_counts(a, y.to(work), None if w is None else w.to(work), self.soft_label)
         support = (counts[0] + counts[2]).detach()
         if self.pool is not None:
@@ -246,12 +256,11 @@ class MetricLoss(torch.nn.Module):
         # (which syncs on CUDA): on the CPU they are free; on a GPU, where kernel launches
         # and syncs dominate at these sizes, the branch-free forms are faster.
         host = eager and input.device.type == "cpu"
-        relax = RELAXATIONS[self.relaxation]
+        relax = self.relax
         step = None
-        if relax.class_wise:
+        if isinstance(relax, Softmax):
             def step(x: Tensor) -> Tensor:
-                return relax.classes(x, self.temperature, self.from_logits,
-                                     autograd=self.backward_mode == "autograd")
+                return relax.classes(x, self.from_logits, autograd=self.backward_mode == "autograd")
         index_labels = (self.backward_mode == "symbolic" and self.mode == "multiclass"
                         and not samplewise and average != "micro" and weight is None
                         and not self.soft_label)

@@ -20,9 +20,13 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .averages import reduce_samples
 from .counts import _to_input_dtype, _wide
 from .distributed import CountPool, count_pool
-from .options import look_up_option
+from .modes import validate_inputs
+from .options import check_flag, check_integer, check_number, look_up_option
+from .relax import Relaxation, Softmax, bound_relaxation, check_relaxation_options
+from .weights import validate_weight
 
 #: The relaxations to class probabilities a K x K loss can use (the 2x2 relaxations of
 #: :mod:`metricc.runtime.relax` act on one score at a time; these act on all K at once).
@@ -93,19 +97,16 @@ def mx_matrices(x: Any, C: Tensor, dims: int) -> Tensor:
 
 # --- relaxation and soft matrix -----------------------------------------------------------------
 
-def class_probabilities(x: Tensor, relaxation: str, temperature: float,
-                        from_logits: bool) -> Tensor:
-    """Relaxed class probabilities ``q`` over dim 1 of scores ``x`` (``(N, K, M)``).
-
-    ``linear``: ``q = softmax(x)`` for logits, the probabilities as given otherwise.
-    ``softmax``: ``q = softmax(z / temperature)`` with ``z`` the logits (or
-    ``log p``): a sharpened softmax that tends to the one-hot argmax as the
-    temperature goes to 0 (and equals ``linear`` at temperature 1).
+def class_probabilities(x: Tensor, relax: Relaxation, from_logits: bool, *,
+                        autograd: bool = False) -> Tensor:
+    """Relaxed class probabilities ``q`` over dim 1 of scores ``x`` (``(N, K, M)``), as the
+    2x2 multiclass losses relax them: a class-wise relaxation (``softmax``, the one
+    :class:`~metricc.runtime.relax.Softmax` object) maps the scores itself; ``linear`` is
+    ``softmax(x)`` on logits and the probabilities as given otherwise.
     """
-    if relaxation == "linear":
-        return torch.softmax(x, 1) if from_logits else x
-    z = x if from_logits else torch.log(x.clamp_min(torch.finfo(x.dtype).tiny))
-    return torch.softmax(z / temperature, 1)
+    if isinstance(relax, Softmax):
+        return relax.classes(x, from_logits, autograd=autograd)
+    return relax.value(torch.softmax(x, 1) if from_logits else x, False)
 
 
 def soft_matrix(q: Tensor, y: Tensor, w: Tensor | None, samplewise: bool) -> Tensor:
@@ -223,7 +224,7 @@ class MatrixLoss(torch.nn.Module):
         self,
         relaxation: str = "softmax",
         *,
-        temperature: float = 0.5,
+        temperature: float = 1.0,
         from_logits: bool = False,
         backward: str = "symbolic",
         multidim_average: str = "global",
@@ -236,29 +237,23 @@ class MatrixLoss(torch.nn.Module):
         validate_args: bool = True,
     ) -> None:
         super().__init__()
-        err = MetricError
         look_up_option("relaxation", relaxation, MATRIX_RELAXATIONS)
         for name, value in (("backward", backward), ("multidim_average", multidim_average),
                             ("reduction", reduction)):
             look_up_option(name, value)
-        for name, value in (("temperature", temperature), ("eps", eps)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0 or (name == "temperature"
-                                                                 and value == 0):
-                what = "> 0" if name == "temperature" else ">= 0"
-                raise err(f"{name} must be a finite number {what}, got {value!r}")
-        if ignore_index is not None and (isinstance(ignore_index, bool)
-                                         or not isinstance(ignore_index, int)):
-            raise err(f"ignore_index must be an integer, got {ignore_index!r}")
+        self.from_logits = check_flag("from_logits", from_logits)
+        # The 2x2 losses' relaxation objects and checks: one softmax, one temperature rule.
+        self.temperature = check_relaxation_options({"temperature": temperature})["temperature"]
+        self.relax = bound_relaxation(relaxation, self.from_logits,
+                                      {"temperature": self.temperature})
         self.relaxation = relaxation
-        self.temperature = float(temperature)
-        self.from_logits = bool(from_logits)
         self.backward_mode = backward
         self.multidim_average = multidim_average
         self.reduction = reduction
-        self.eps = float(eps)
-        self.ignore_index = ignore_index
-        self.validate_args = bool(validate_args)
+        self.eps = check_number("eps", eps)
+        self.ignore_index = None if ignore_index is None else check_integer("ignore_index",
+                                                                            ignore_index)
+        self.validate_args = check_flag("validate_args", validate_args)
         self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average)
         for name, values in zip(self.matrix_parameters, self.matrix_values, strict=True):
             self.register_buffer(f"param_{name}", torch.tensor(values, dtype=torch.float64),
@@ -278,14 +273,15 @@ class MatrixLoss(torch.nn.Module):
     def _params(self) -> list[Tensor]:
         return [getattr(self, f"param_{n}") for n in self.matrix_parameters]
 
-    def _validate(self, input: Tensor, target: Tensor, weight: Tensor | None) -> None:
+    def _validate(self, input: Tensor, target: Tensor, weight: Tensor | None
+                  ) -> Tensor | None:
+        """The K x K shape rules (class indices only, K >= 2, the parameters' size), then
+        the shared multiclass checks and hints of every loss; the weight map as a tensor
+        of the target's shape, or ``None``."""
         err = MetricError
         if not isinstance(input, Tensor) or not isinstance(target, Tensor):
             raise err(f"input and target must be tensors, got {type(input).__name__} and "
                       f"{type(target).__name__}")
-        if not input.is_floating_point():
-            raise err(f"input must be a floating-point tensor of class probabilities or logits "
-                      f"(N, K, *), got {input.dtype}")
         if input.dim() < 2 or input.shape[1] < 2:
             raise err(f"input must have shape (N, K, *) with K >= 2 classes on dim 1, got "
                       f"{tuple(input.shape)}")
@@ -296,59 +292,38 @@ class MatrixLoss(torch.nn.Module):
         if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
             raise err(f"target must be an integer tensor of class indices, got {target.dtype}; "
                       "use target.long()")
-        if input.device != target.device:
-            raise err(f"input is on {input.device} but target on {target.device}")
-        if input.numel() == 0:
-            raise err(f"input is empty (shape {tuple(input.shape)}); skip empty batches")
         k = input.shape[1]
         for name, p in zip(self.matrix_parameters, self._params(), strict=True):
             if p.shape[-1] != k:
                 raise err(f"the parameter {name} is {p.shape[0]} x {p.shape[1]} but the input "
                           f"has {k} classes")
-        if weight is not None:
-            if not isinstance(weight, Tensor) or not weight.is_floating_point():
-                raise err("weight must be a floating-point tensor of per-sample weights")
-            if weight.shape not in (input.shape[:1], index_shape):
-                raise err(f"weight must have shape {tuple(input.shape[:1])} (per sample) or "
-                          f"{tuple(index_shape)} (per element), got {tuple(weight.shape)}")
-        if not self.validate_args or torch.compiler.is_compiling():
-            return
-        lo, hi = (float(v) for v in torch.aminmax(input.detach()))
-        if math.isnan(lo) or math.isnan(hi) or math.isinf(lo) or math.isinf(hi):
-            raise err("input contains NaN or inf; scores must be finite")
-        if not self.from_logits and (lo < 0 or hi > 1):
-            raise err(f"input has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
-                      "from_logits=False: pass from_logits=True if these are logits")
-        t = target.detach()
-        if self.ignore_index is not None:
-            t = t[t != self.ignore_index]
-        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= k):
-            bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
-            raise err(f"target holds class index {bad}, but the input has {k} classes (0 to "
-                      f"{k - 1}); set ignore_index={bad} if it marks elements to leave out")
-        if weight is not None:
-            wlo, whi = (float(v) for v in torch.aminmax(weight.detach()))
-            if not (math.isfinite(wlo) and math.isfinite(whi)) or wlo < 0:
-                raise err("weight must hold finite numbers >= 0")
+        validate_inputs(input, target, "multiclass", self.from_logits, self.ignore_index,
+                        self.validate_args,
+                        allow_empty=self.pool is not None and self.pool.sync_dist)
+        if weight is None:
+            return None
+        if isinstance(weight, Tensor) and weight.dim() == 1 and target.dim() > 1 \
+                and weight.shape == target.shape[:1]:
+            weight = weight.view(-1, *(1,) * (target.dim() - 1))  # one weight per sample
+        return validate_weight(weight, target, self.validate_args)
 
     def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
-        self._validate(input, target, weight)
+        """The loss; ``weight`` ``(N,)`` per sample or broadcastable to ``target``."""
+        target = target.detach() if isinstance(target, Tensor) else target
+        weight = self._validate(input, target, weight)
         n, k = input.shape[:2]
+        m = math.prod(input.shape[2:])  # not -1: an empty shard (n = 0) has no inferable size
         work = _wide(input.dtype)
-        x = input.to(work).reshape(n, k, -1)
-        m = x.shape[-1]
+        x = input.to(work).reshape(n, k, m)
         y = target.reshape(n, m)
-        w = None
-        if weight is not None:
-            w = (weight.view(n, 1) if weight.dim() == 1 else weight.reshape(n, m)).to(work)
-            w = w.expand(n, m)
+        w = None if weight is None else weight.reshape(n, m).to(work)
         if self.ignore_index is not None:
             keep = (y != self.ignore_index).to(work)
             w = keep if w is None else w * keep
-        if self.ignore_index is not None:
             # Any valid row for ignored elements: their weight is 0.
             y = torch.where(y == self.ignore_index, torch.zeros_like(y), y)
-        q = class_probabilities(x, self.relaxation, self.temperature, self.from_logits)
+        q = class_probabilities(x, self.relax, self.from_logits,
+                                autograd=self.backward_mode == "autograd")
         samplewise = self.multidim_average == "samplewise"
         if self.backward_mode == "symbolic":
             losses = self._function.apply(q, y, w, self.eps, samplewise, self.pool,
@@ -361,8 +336,4 @@ class MatrixLoss(torch.nn.Module):
             losses = (1 - value if self.higher_is_better else value).to(work)
         if not samplewise:
             return losses[0]
-        if self.reduction == "mean":
-            return losses.mean()
-        if self.reduction == "sum":
-            return losses.sum()
-        return losses
+        return reduce_samples(losses, torch.ones_like(losses, dtype=torch.bool), self.reduction)

@@ -71,7 +71,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                   f"{input.dtype}{hint}; convert it with input.float()")
     if target.is_complex():
         raise err(f"target must be real, got {target.dtype}")
-    if mode == "binary":
+    if mode == "binary" and not single_channel(input, target):
         _binary_validate(input, target)
     elif mode == "multilabel":
         _multilabel_validate(input, target)
@@ -185,9 +185,18 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                      r.scores, None, chosen)
 
 
+def single_channel(input: Tensor, target: Tensor) -> bool:
+    """``(N, 1, *)`` binary scores against ``(N, *)`` labels, as segmentation models give
+    them (one output channel) beside their masks: the same elements, so the same loss
+    as without the channel (smp's binary losses accept it too)."""
+    return (input.dim() == target.dim() + 1 and input.dim() >= 2 and input.shape[1] == 1
+            and input.shape[:1] + input.shape[2:] == target.shape)
+
+
 def _binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("input", "target"),
                      hint: str = " (forward takes (input, target), predictions first)") -> None:
-    """Binary inputs and targets are elementwise pairs: the same shape."""
+    """Binary inputs and targets are elementwise pairs: the same shape (the loss also takes
+    :func:`single_channel` inputs)."""
     if input.shape != target.shape:
         raise MetricError(f"{names[0]} and {names[1]} must have the same shape, got "
                           f"{tuple(input.shape)} and {tuple(target.shape)}{hint}")

@@ -15,7 +15,7 @@ from ..errors import MetricError, suggest
 
 #: Names of the relaxations; :data:`metricc.runtime.relax.RELAXATIONS` maps each
 #: to its object (a test keeps the two in step).
-RELAXATION_NAMES = ("anyloss", "linear", "sigmoid", "softmax")
+RELAXATION_NAMES = ("anyloss", "linear", "sigmoid", "softmax", "self_adjusting")
 REDUCTIONS = ("mean", "sum", "none")
 BACKWARDS = ("symbolic", "autograd")
 MULTIDIM_AVERAGES = ("global", "samplewise")
@@ -63,14 +63,14 @@ def check_class_options(
     look_up_option("mode", mode)
     look_up_option("average", average)
     if ignore_index is not None:
-        ignore_index = _as_int("ignore_index", ignore_index)
+        ignore_index = check_integer("ignore_index", ignore_index)
     if mode == "binary" and (classes is not None or class_weights is not None):
         raise MetricError("classes and class_weights pick and weigh the classes of an "
                           "(N, C, *) input; mode='binary' has a single class: use "
                           "mode='multiclass' or 'multilabel'")
     cl = None
     if classes is not None:
-        cl = tuple(_as_int("classes", c) for c in _as_sequence("classes", classes))
+        cl = tuple(check_integer("classes", c) for c in _as_sequence("classes", classes))
         if not cl:
             raise MetricError("classes is empty: list at least one class index, or pass None "
                               "for all")
@@ -165,7 +165,12 @@ def _as_sequence(name: str, value: Any) -> list[Any]:
     return list(value)
 
 
-def _as_int(name: str, value: Any) -> int:
+def check_integer(name: str, value: Any) -> int:
+    """``value`` as an int if it is an integer (not a bool), else a :class:`MetricError`.
+
+    >>> check_integer("ignore_index", 255)
+    255
+    """
     if isinstance(value, bool):
         raise MetricError(f"{name} must hold integers, got {value!r}")
     try:

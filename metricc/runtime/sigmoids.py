@@ -1,8 +1,8 @@
 """The sigmoid with its derivative, accurate also where the sigmoid rounds to 1.
 
 ``sigmoid(z) sigmoid(-z)`` three ways: in one eager pass beside the sigmoid
-(:func:`_sigmoid_pair`), from one ``exp`` inside a fused ``torch.compile`` loop
-(:func:`_sigmoid_fused`), and as the backward autograd takes (:func:`stable_sigmoid`).
+(:func:`sigmoid_pair`), from one ``exp`` inside a fused ``torch.compile`` loop
+(:func:`sigmoid_fused`), and as the backward autograd takes (:func:`stable_sigmoid`).
 ``a (1 - a)`` would be 0 in float32 once ``a`` rounds to 1 (``z > 17``).
 """
 
@@ -20,7 +20,7 @@ def stable_sigmoid(z: Tensor) -> Tensor:
     Autograd differentiates ``torch.sigmoid`` as ``a * (1 - a)`` from its output
     ``a``; in float32 ``a`` rounds to 1 for ``z > 17`` and that derivative is 0
     (for AnyLoss, every ``p > 0.73``). Here the backward is ``a sigmoid(-z)``, with
-    ``sigmoid(-z)`` from ``exp(-z)`` in one pass (:func:`_sigmoid_pair`), itself
+    ``sigmoid(-z)`` from ``exp(-z)`` in one pass (:func:`sigmoid_pair`), itself
     differentiable for higher derivatives.
 
     >>> z = torch.tensor([36.5], requires_grad=True)
@@ -49,13 +49,13 @@ class _StableSigmoid(torch.autograd.Function):
 _SATURATION = {torch.float64: 40.0}
 
 
-def _sigmoid_pair(z: Tensor, overwrite: bool = True) -> tuple[Tensor, Tensor]:
+def sigmoid_pair(z: Tensor, overwrite: bool = True) -> tuple[Tensor, Tensor]:
     """``(sigmoid(z), sigmoid(z) sigmoid(-z))``: the sigmoid and its derivative, accurate
     also where ``sigmoid(z)`` rounds to 1 (where ``a (1 - a)`` would be 0), in two passes:
     ``softplus_backward(a, z, beta=-1)`` is ``a e / (1 + e)`` with ``e = exp(-z)``, and
     ``a`` past saturation. With ``overwrite`` the derivative is written into ``z``.
 
-    >>> a, d = _sigmoid_pair(torch.tensor([0.0, 30.0]))
+    >>> a, d = sigmoid_pair(torch.tensor([0.0, 30.0]))
     >>> a.tolist(), d.tolist()[0], d.tolist()[1] > 0
     ([0.5, 1.0], 0.25, True)
     """
@@ -83,7 +83,7 @@ def _sigmoid_parts(m: Tensor) -> tuple[Tensor, Tensor]:
     return r, e * r
 
 
-def _sigmoid_fused(z: Tensor) -> tuple[Tensor, Tensor]:
+def sigmoid_fused(z: Tensor) -> tuple[Tensor, Tensor]:
     """``(sigmoid(z), sigmoid(z) sigmoid(-z))`` from one ``exp``, for ``torch.compile``.
 
     Both come from :func:`_sigmoid_parts` of ``|z|``: ``sigmoid(z)`` is its first part
@@ -91,3 +91,23 @@ def _sigmoid_fused(z: Tensor) -> tuple[Tensor, Tensor]:
     """
     r, q = _sigmoid_parts(torch.abs(z))
     return torch.where(z >= 0, r, q), r * q
+
+
+def sigmoid_both(z: Tensor) -> tuple[Tensor, Tensor]:
+    """``(sigmoid(z), sigmoid(-z))``, each exact (``1 - sigmoid(z)`` is 0 in float32 past
+    ``z = 17``): two fresh tensors in eager torch, one ``exp`` per element compiled.
+
+    >>> p, q = sigmoid_both(torch.tensor([0.0, 30.0]))
+    >>> p.tolist(), q.tolist()[0], q.tolist()[1] > 0
+    ([0.5, 1.0], 0.5, True)
+    """
+    if not torch.compiler.is_compiling():
+        return torch.sigmoid(z), torch.neg(z).sigmoid_()
+    r, q = _sigmoid_parts(torch.abs(z))
+    positive = z >= 0
+    return torch.where(positive, r, q), torch.where(positive, q, r)
+
+
+# The names before they were public (kept for code that imported them).
+_sigmoid_pair = sigmoid_pair
+_sigmoid_fused = sigmoid_fused

@@ -32,7 +32,7 @@ from .counts import (
     row_adjoint,
 )
 from .distributed import CountPool
-from .relax import _relax_pair, _relax_pair_fused, relax
+from .relax import Relaxation
 
 
 def _maximum(a: float, b: float) -> float:
@@ -121,10 +121,9 @@ def symbolic_function(cls: Any) -> Any:
 
     class SymbolicMetric(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relaxation: str,
-                    amplifier: float, slope: float, offset: float, from_logits: bool,
-                    eps: float, pool: CountPool | None = None, soft_label: bool = False
-                    ) -> tuple[Tensor, Tensor]:
+        def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relax: Relaxation,
+                    from_logits: bool, eps: float, pool: CountPool | None = None,
+                    soft_label: bool = False) -> tuple[Tensor, Tensor]:
             # Half and bfloat16 work in float32 (see backward); the gradient returns
             # in the input's dtype.
             in_dtype = s.dtype
@@ -137,14 +136,13 @@ def symbolic_function(cls: Any) -> Any:
             # one fused multiply (two passes in eager torch) with nothing recomputed.
             # Compiled, the backward recomputes it from s instead, in its one fused loop:
             # saving d would add a full write and read of it (and its memory).
-            relax_args = (relaxation, amplifier, slope, offset, from_logits)
-            a, d, k = _relax_pair(s, *relax_args)
-            ctx.recompute = (relax_args if d is not None and torch.compiler.is_compiling()
-                             else None)
+            a, d, k = relax.value_and_derivative(s, from_logits)
+            ctx.recompute = ((relax, from_logits) if d is not None
+                             and torch.compiler.is_compiling() else None)
             if ctx.recompute is not None:
                 # then only A(s) is needed here: the plain sigmoid is fewer operations than
                 # the pair's (the unused dA/ds is dropped from the graph)
-                a = relax(s, *relax_args)
+                a = relax.value(s, from_logits)
             ctx.in_dtype, ctx.pool, ctx.host = in_dtype, pool, None
             overwrite = a is not s and not soft_label
             if twin is not None and pool is None and not soft_label and host_row(a, y):
@@ -185,10 +183,11 @@ def symbolic_function(cls: Any) -> Any:
         def backward(ctx: Any, grad: Tensor, _support_grad: Tensor | None = None
                      ) -> tuple[Tensor | None, ...]:
             if ctx.host is not None:  # one row on the CPU: plain-number coefficients
-                return (host_gradient(ctx, grad), *(None,) * 10)
+                return (host_gradient(ctx, grad), *(None,) * 7)
             y, w, d, coef = ctx.saved_tensors
             if ctx.recompute is not None:  # d holds s (compiled): see the forward
-                d = _relax_pair_fused(d, *ctx.recompute)[1]
+                relax, from_logits = ctx.recompute
+                d = relax.pair_fused(d, from_logits)[1]
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
@@ -198,7 +197,7 @@ def symbolic_function(cls: Any) -> Any:
             # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
             c1, c0 = (grad.to(coef.dtype) * coef).unsqueeze(-1).unbind()
             grad_s = count_adjoint(y, w, d, c1, c0)
-            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 10)
+            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 7)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
     return SymbolicMetric

@@ -214,13 +214,13 @@ def _relaxation_cases() -> Iterator[tuple[str, Any, bool]]:
 
 def _symbolic_relaxation_checks(report: VerificationReport) -> None:
     s = _Score("s", real=True)
-    amp, slope, offset = sympy.symbols("amplifier slope offset", real=True)
     for relaxation, r, from_logits in _relaxation_cases():
         if r.class_wise:  # their elementwise part is Linear's; see _symbolic_class_checks
             continue
         src = "\n".join(textwrap.dedent(inspect.getsource(getattr(type(r), fn)))
                         for fn in ("value", "derivative"))
-        args = (s, amp, slope, offset, from_logits)
+        # the relaxation holding SymPy symbols for its options (see Relaxation's docstring)
+        args = (type(r)(**{o: sympy.Symbol(o, real=True) for o in r.options}), s, from_logits)
         a = _run_symbolically(src, "value", *args)
         da = _run_symbolically(src, "derivative", *args)
         diff = sympy.simplify(sympy.diff(a, s) - da)
@@ -370,7 +370,7 @@ def _reference_loss(metric: Metric, relax: Any, amplifier: float, eps: float,
         return 1 / (1 + torch.exp(-z))
 
     def loss(x: Any, y: Any) -> Any:
-        a = relax(x, amplifier, 1.0, 0.0, from_logits, sigmoid=sigmoid)
+        a = relax(x, from_logits, sigmoid=sigmoid)
         TP = (y * a).sum()
         FN = (y * (1 - a)).sum()
         FP = ((1 - y) * a).sum()
@@ -472,13 +472,16 @@ def _numeric_checks(metric: Metric, report: VerificationReport, seed: int, size:
     for name, r, from_logits in _relaxation_cases():
         if not r.class_wise:  # checked on (N, C, *) inputs by _class_numeric_checks
             cases.setdefault(name, (r, from_logits))
-    for relaxation, (r, from_logits) in cases.items():
+    from ..runtime.relax import bound_relaxation
+
+    for relaxation, (_, from_logits) in cases.items():
         _against_reference(
             report, f"{relaxation}/{{backward}}",
             lambda b, rel=relaxation, fl=from_logits: metric.loss(
                 rel, backward=b, amplifier=amplifier, eps=eps, from_logits=fl),
             logits if from_logits else probs, y,
-            _reference_loss(metric, r.value, amplifier, eps, from_logits),
+            _reference_loss(metric, bound_relaxation(relaxation, from_logits, {"amplifier": amplifier}).value,
+                            amplifier, eps, from_logits),
             f"float64, {size} elements")
 
 
