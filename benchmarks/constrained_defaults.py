@@ -52,9 +52,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import constraints_tabular as ct  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-# precision < 1.5 x base rate: close to "all positive". The issue's collapse (75 % predicted
-# positive, precision 0.13 at a base rate of 0.10) is 1.3x; a real operating point is well above.
-COLLAPSE_RATIO = 1.5
+# precision < 1.25 x base rate: close to "all positive". The collapse of the issue's case at
+# today's defaults is 1.08x (precision 0.113, base rate 0.104, 92 % predicted positive); the
+# hardest development set's genuine operating points (habarman, recall 0.9) are about 1.4x.
+COLLAPSE_RATIO = 1.25
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,15 @@ class LossConfig:
     penalty: float = 1.0
     memory_decay: float = 0.0
     multiplier_rates: str = "hard"
+    # train for ``recall >= target + margin`` (judged at ``target``): the slack a user can give
+    # today by writing a higher bound, measured because the multipliers settle *at* the bound
+    margin: float = 0.0
 
     @property
     def tag(self) -> str:
         relax = f"anyloss{self.amplifier:g}" if self.relaxation == "anyloss" else self.relaxation
         return (f"{relax}_lr{self.multiplier_lr:g}_pen{self.penalty:g}_mem{self.memory_decay:g}_"
-                f"{self.multiplier_rates}")
+                f"{self.multiplier_rates}" + (f"_margin{self.margin:g}" if self.margin else ""))
 
     def loss(self, target: float) -> torch.nn.Module:
         opts: dict = {"from_logits": True, "multiplier_lr": self.multiplier_lr,
@@ -81,7 +85,7 @@ class LossConfig:
             opts["amplifier"] = self.amplifier
         if self.memory_decay > 0:
             opts["memory_decay"] = self.memory_decay
-        return ct.constrained(target).loss(self.relaxation, **opts)
+        return ct.constrained(round(target + self.margin, 6)).loss(self.relaxation, **opts)
 
 
 TODAY = LossConfig()
@@ -96,6 +100,8 @@ def coarse_grid() -> list[LossConfig]:
         for lr in (0.01, 0.05, 0.2):
             out.append(replace(base, multiplier_lr=lr))
     out += [replace(TODAY, multiplier_lr=0.5), LossConfig(amplifier=10.0, multiplier_lr=0.5)]
+    out += [LossConfig(amplifier=10.0, margin=0.02), LossConfig(amplifier=10.0, multiplier_lr=0.2,
+                                                                margin=0.02)]
     for base in (TODAY, LossConfig(amplifier=10.0)):
         out += [replace(base, penalty=0.0), replace(base, penalty=5.0),
                 replace(base, memory_decay=0.9), replace(base, multiplier_rates="relaxed")]
@@ -240,6 +246,104 @@ def append_csv(path: Path, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
+# ------------------------------------------------------------------------- report
+WARN_TOLERANCE = 0.02  # a violation smaller than this is noise around the bound, not a stall
+
+
+def _read(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def config_table(runs: list[dict]) -> list[dict]:
+    """Per (configuration, case): the criterion recomputed from every run (latest run of a tag)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["tag"], r["case"]), []).append(r)
+    out = []
+    for (tag, case), rs in groups.items():
+        rec = np.array([float(r["fit_recall"]) for r in rs])
+        prec = np.array([float(r["fit_precision"]) for r in rs])
+        base = np.array([float(r["base_rate"]) for r in rs])
+        tgt = np.array([float(r["target"]) for r in rs])
+        collapsed = prec < COLLAPSE_RATIO * base
+        met = (rec >= tgt) & ~collapsed
+        out.append({"tag": tag, "case": case, "runs": len(rs), "met": float(met.mean()),
+                    "met_within_0.01": float(((rec >= tgt - 0.01) & ~collapsed).mean()),
+                    "collapsed": float(collapsed.mean()), "mean_recall": float(rec.mean()),
+                    "min_recall": float(rec.min()), "mean_precision": float(prec.mean()),
+                    "max_multiplier": max(float(r["multiplier"]) for r in rs)})
+    return out
+
+
+def stall_streaks(trace: list[dict]) -> dict[tuple[str, str], dict]:
+    """Per (configuration, seed): the longest run of epochs with recall < target - tolerance and
+    the multiplier rising, and how the run ended (met / short / collapsed)."""
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in trace:
+        by.setdefault((r["config"], r["seed"]), []).append(r)
+    out = {}
+    for key, rs in by.items():
+        rs.sort(key=lambda r: int(r["epoch"]))
+        best = cur = 0
+        first_long = None
+        last = 0.0
+        for r in rs:
+            lam = float(r["multiplier"])
+            cur = cur + 1 if float(r["recall"]) < 0.8 - WARN_TOLERANCE and lam > last else 0
+            last = lam
+            best = max(best, cur)
+            if cur >= 20 and first_long is None:
+                first_long = int(r["epoch"])
+        end = rs[-1]
+        collapsed = float(end["precision"]) < COLLAPSE_RATIO * 0.104
+        ever_collapsed = any(float(r["pred_pos"]) > 0.5 for r in rs)
+        outcome = ("collapsed" if collapsed else "met" if float(end["recall"]) >= 0.8 else "short")
+        out[key] = {"longest": best, "first_20": first_long, "outcome": outcome,
+                    "ever_over_half_positive": ever_collapsed, "final_recall": float(end["recall"])}
+    return out
+
+
+def write_report(runs_csv: Path, trace_csv: Path, page: Path) -> None:
+    table = sorted(config_table(_read(runs_csv)), key=lambda r: (r["case"], -r["met"],
+                                                                 -r["mean_precision"]))
+    lines = ["# Defaults of the constrained loss: the training-set search", "",
+             "Generated by `python benchmarks/constrained_defaults.py --report` from "
+             f"`{runs_csv.relative_to(ROOT)}` (every configuration tried; no hand edits).", "",
+             "Criterion (training data only): *met* = the constraint holds on the whole fit set with "
+             "0/1 predictions at probability 0.5 (model in evaluation mode) and the model has not "
+             f"collapsed (training precision >= {COLLAPSE_RATIO} x base rate); *within 0.01*: the "
+             "same with 0.01 of slack. Tie-breaker: mean training precision. synthetic = "
+             "`make_classification(9000, weights=[.9, .1], class_sep=.8)`, 20-32-1 MLP, Adam 3e-3, "
+             "batches of 512, recall >= 0.8, one run per seed; keel = the six development sets with "
+             "`benchmarks/constraints_tabular.py`'s harness, 5 folds x 3 seeds x targets 0.8/0.9.",
+             ""]
+    for case in ("synthetic", "keel"):
+        rows = [r for r in table if r["case"] == case]
+        if not rows:
+            continue
+        lines += [f"## {case}", "", "| configuration | runs | met | within 0.01 | collapsed | "
+                  "mean recall | min recall | mean precision | max multiplier |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            lines.append(f"| `{r['tag']}` | {r['runs']} | {r['met']:.2f} | {r['met_within_0.01']:.2f} | "
+                         f"{r['collapsed']:.2f} | {r['mean_recall']:.3f} | {r['min_recall']:.3f} | "
+                         f"{r['mean_precision']:.3f} | {r['max_multiplier']:.2f} |")
+        lines.append("")
+    if trace_csv.exists():
+        streaks = stall_streaks(_read(trace_csv))
+        lines += ["## The stall signal (synthetic case, per seed)", "",
+                  "Longest run of epochs (18 steps each) in which the whole-set recall stayed below "
+                  f"target - {WARN_TOLERANCE} while the multiplier rose, and how the run ended.", "",
+                  "| configuration | seed | longest stall (epochs) | first reached 20 | final recall | "
+                  "ever > 50 % positive | outcome |", "|---|---:|---:|---:|---:|---|---|"]
+        for (tag, seed), v in sorted(streaks.items()):
+            lines.append(f"| `{tag}` | {seed} | {v['longest']} | {v['first_20'] or '—'} | "
+                         f"{v['final_recall']:.3f} | {v['ever_over_half_positive']} | {v['outcome']} |")
+        lines.append("")
+    page.write_text("\n".join(lines), encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=("synthetic", "keel", "both"), default="both")
@@ -252,7 +356,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, default=RESULTS / "constrained_defaults.csv")
     ap.add_argument("--runs", type=Path, default=RESULTS / "constrained_defaults_runs.csv")
     ap.add_argument("--trace", type=Path, default=RESULTS / "constrained_defaults_trace.csv")
+    ap.add_argument("--report", action="store_true", help="write docs/constrained_defaults.md and stop")
     args = ap.parse_args(argv)
+    if args.report:
+        write_report(args.runs, args.trace, ROOT / "docs" / "constrained_defaults.md")
+        return 0
     torch.set_num_threads(1)
     grid = {"today": [TODAY], "coarse": coarse_grid(), "refine": refine_grid()}[args.grid]
     if args.only:
