@@ -89,3 +89,7 @@ def test_quick_run(tmp_path: Path) -> None:
         # every certified threshold also meets the target on validation: never above the plain one
         assert float(conf["threshold"]) <= float(plain["threshold"])
         assert float(conf["val_recall"]) >= float(plain["val_recall"])
+    # per-set runs merge into the same tables (--merge reads back what a run wrote)
+    assert op.main(["--merge", str(tmp_path), "--out", str(tmp_path / "merged")]) == 0
+    merged = (tmp_path / "merged" / "operating_points.md").read_text(encoding="utf-8")
+    assert merged.split("Cells:", 1)[1] == report.split("Cells:", 1)[1]
