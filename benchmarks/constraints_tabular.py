@@ -33,9 +33,10 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -93,9 +94,33 @@ def splits(y: np.ndarray, cfg: Config) -> list[tuple[np.ndarray, np.ndarray, np.
     return out
 
 
+#: One loss of a batched training: ``"bce"``, or a metricc loss module with ``row_losses``
+#: (one confusion matrix, and for a constrained loss one set of multipliers, per model).
+LossSpec = Any
+
+
 def train(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]], cfg: Config
           ) -> np.ndarray:
     """Probabilities ``(L, F, S, n)`` on every sample, one model per (loss, fold, seed)."""
+    f1 = metricc.compile("f1").loss(amplifier=cfg.amplifier, from_logits=True)
+    cons = {f"c{round(100 * t)}": constrained(t).loss(
+        amplifier=cfg.amplifier, from_logits=True, memory_decay=cfg.memory_decay,
+        multiplier_lr=cfg.multiplier_lr, penalty=cfg.penalty,
+        multiplier_rates=cfg.multiplier_rates) for t in TARGETS}
+    specs = ["bce" if name == "bce" else f1 if name == "f1" else cons[name] for name in LOSSES]
+    return train_models(X, y, parts, cfg, specs)
+
+
+def train_models(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
+                 cfg: Config, losses: Sequence[LossSpec],
+                 on_epoch: Callable[[int, Sequence[LossSpec]], None] | None = None) -> np.ndarray:
+    """Probabilities ``(L, F, S, n)`` on every sample for any list of losses.
+
+    Every loss trains ``F x S`` models (same initial weights and batch order per seed
+    across losses). ``on_epoch(epoch, losses)``, if given, runs after each epoch (e.g. to
+    read the multipliers). Reused by ``benchmarks/operating_points.py`` and
+    ``benchmarks/constrained_defaults.py``.
+    """
     n_folds = len(parts)
     xs = []
     for fit, _, _ in parts:
@@ -104,17 +129,12 @@ def train(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
         xs.append((X - mean) / std)
     xall = torch.as_tensor(np.stack(xs), dtype=torch.float32)
     yall = torch.as_tensor(y, dtype=torch.float32)
-    net = BatchedMLP(X.shape[1], cfg.hidden, len(LOSSES), n_folds, cfg.seeds)
+    net = BatchedMLP(X.shape[1], cfg.hidden, len(losses), n_folds, cfg.seeds)
     opt = torch.optim.Adam(net.params, lr=cfg.lr)
-    f1 = metricc.compile("f1").loss(amplifier=cfg.amplifier, from_logits=True)
-    cons = {f"c{round(100 * t)}": constrained(t).loss(
-        amplifier=cfg.amplifier, from_logits=True, memory_decay=cfg.memory_decay,
-        multiplier_lr=cfg.multiplier_lr, penalty=cfg.penalty,
-        multiplier_rates=cfg.multiplier_rates) for t in TARGETS}
     n_batches = max(1, round(1 / cfg.batch_fraction))
     rngs = [[np.random.default_rng([s, f]) for s in cfg.seeds] for f in range(n_folds)]
     fold_ix = torch.arange(n_folds).view(-1, 1, 1)
-    for _ in range(cfg.epochs):
+    for epoch in range(cfg.epochs):
         chunks = [[np.array_split(r.permutation(parts[f][0]), n_batches) for r in rngs[f]]
                   for f in range(n_folds)]
         for k in range(n_batches):
@@ -123,12 +143,11 @@ def train(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
             logits = net(xall[fold_ix, idx_t], w)  # (L, F, S, B)
             yb = yall[idx_t]
             total = logits.new_zeros(())
-            for li, name in enumerate(LOSSES):
-                if name == "bce":
+            for li, fn in enumerate(losses):
+                if isinstance(fn, str):  # "bce"
                     bce = F.binary_cross_entropy_with_logits(logits[li], yb, reduction="none")
                     total = total + ((bce * w).sum(-1) / w.sum(-1)).sum()
                     continue
-                fn = f1 if name == "f1" else cons[name]
                 # one confusion matrix (and, constrained, one set of multipliers) per model
                 rows = fn.row_losses(logits[li].reshape(-1, size), yb.reshape(-1, size),
                                      w.reshape(-1, size))
@@ -136,6 +155,8 @@ def train(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
             opt.zero_grad(set_to_none=True)
             total.backward()
             opt.step()
+        if on_epoch is not None:
+            on_epoch(epoch, losses)
     with torch.no_grad():
         return torch.sigmoid(net(xall)).numpy()
 
