@@ -11,7 +11,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import metricc
-from metricc import emit
+from metricc.emit import loss_class as emit
 from metricc.library import METRICS
 from metricc.runtime import constrained, symbolic
 from metricc.runtime import loss as loss_module

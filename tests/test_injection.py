@@ -21,6 +21,7 @@ import torch
 import metricc
 from metricc.emit.counts import emit_kernels
 from metricc.emit.printer import MetricPrinter
+from metricc.language.parse import parse
 from metricc.library import METRICS
 
 #: Every name the emitter may write: kernel names, their arguments and outputs,
@@ -134,7 +135,7 @@ NAMED_HOSTILE = {"keyword": "TP*import", "torch": "TP*torch",
 def test_hostile_names_given_values_become_numbers(text: str) -> None:
     """Names that are Python keywords or clash with generated names are fine
     parameters: they are substituted, never printed."""
-    params = {p: 0.5 for p in metricc.parse.parse(text).parameters}
+    params = {p: 0.5 for p in parse(text).parameters}
     assert params, text
     m = metricc.compile(text, **params)
     assert_harmless(m.kernels_source)

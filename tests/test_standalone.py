@@ -237,7 +237,7 @@ def test_bad_names_and_options(kwargs: dict[str, Any], match: str) -> None:
 
 
 def test_runtime_must_stay_torch_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import metricc.standalone as sa
+    import metricc.emit.standalone as sa
 
     bad = tmp_path / "bad.py"
     for text in ('"""doc"""\nimport torch\nfrom ..parse import COUNTS\n',  # not pasted
