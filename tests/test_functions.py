@@ -14,6 +14,7 @@ import torch
 import metricc
 import metricc.runtime.matrix as runtime_matrix
 from metricc.language.functions import FUNCTIONS, KERNEL_METHODS, TORCH_CALLS, sympy_torch
+from metricc.language.symbols import EPS
 from metricc.library import MATRIX_METRICS, METRICS
 from metricc.runtime.symbolic import HOST_MATH
 from metricc.verify.matrix import kernel_namespace, run_kernel_symbolically
@@ -63,7 +64,7 @@ def test_every_function_has_a_formula_here() -> None:
 
 
 def test_every_kernel_name_exists_in_every_namespace() -> None:
-    stand_in, vectorized, host = sympy_torch(), vectorized_torch(), HOST_MATH
+    stand_in, vectorized = sympy_torch(), vectorized_torch()
     matrix_ns = kernel_namespace(3)
     seen_torch: set[str] = set()
     for what, source in _sources().items():
@@ -124,7 +125,9 @@ def test_kernel_runs_on_symbols_with_c_new_zeros() -> None:
     sym = [[sympy.Symbol(f"C_{i}_{j}", nonnegative=True) for j in range(2)] for i in range(2)]
     value, grad = run_kernel_symbolically(m.kernels_source, 2, sym, [])
     pt = {sym[0][0]: 3, sym[0][1]: 1, sym[1][0]: 0, sym[1][1]: 4}
-    assert float(value.xreplace(pt).subs(sympy.Symbol("eps"), 0)) == pytest.approx(7 / 8)
+    assert float(value.xreplace(pt).subs(EPS, 0)) == pytest.approx(7 / 8)
+    # below the 0.9 cap: d/dC[0,0] of trace/n = (n - trace)/n^2 = 1/64
+    assert float(grad[0][0].xreplace(pt).subs(EPS, 0)) == pytest.approx(1 / 64)
 
 
 REGRESSIONS = [

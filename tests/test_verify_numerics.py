@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import sympy
 import pytest
+import sympy
 
 import metricc
 from metricc.cli import main
