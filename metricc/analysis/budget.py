@@ -32,6 +32,8 @@ import sympy
 from sympy.printing.lambdarepr import MpmathPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
+from ..language.functions import mpmath_functions
+
 __all__ = [
     "PROOF_SECONDS",
     "evaluate",
@@ -144,7 +146,7 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callable[...
     """``expr`` as a function of ``symbols`` on mpmath numbers (30 digits by :func:`evaluate`)."""
     return sympy.lambdify(  # type: ignore[no-any-return]
         list(symbols), expr,
-        modules=[{"exp": _exp, "_pow": _pow, "_heaviside": _heaviside}, "mpmath"],
+        modules=[{"exp": _exp, "_pow": _pow, "_heaviside": _heaviside, **mpmath_functions()}, "mpmath"],
         printer=_GuardedPrinter(_SETTINGS),
     )
 
@@ -152,7 +154,7 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callable[...
 def float_evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callable[..., Any]:
     """``expr`` as a function of ``symbols`` on Python floats (fast, for sampling)."""
     return sympy.lambdify(  # type: ignore[no-any-return]
-        list(symbols), expr, modules=[{"_heaviside": _heaviside}, "math"],
+        list(symbols), expr, modules=[{"_heaviside": _heaviside, **mpmath_functions()}, "math"],
         printer=_FloatPrinter(_SETTINGS),
     )
 

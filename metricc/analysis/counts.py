@@ -11,6 +11,7 @@ from functools import cached_property
 
 import sympy
 
+from ..language.functions import ARGUMENT_GUARDED
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 from .budget import spent
@@ -158,8 +159,8 @@ def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
             if exp.is_negative or not exp.is_integer:
                 return sympy.Pow(base + eps, exp)
             return sympy.Pow(base, exp)
-        if isinstance(e, sympy.log):
-            return sympy.log(args[0] + eps)
+        if isinstance(e, ARGUMENT_GUARDED):  # log(x) -> log(x + eps)
+            return e.func(args[0] + eps)
         return e.func(*args)
 
     return visit(expr)

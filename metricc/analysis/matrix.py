@@ -27,6 +27,7 @@ from typing import Any
 import sympy
 from sympy import Indexed, KroneckerDelta, Sum
 
+from ..language.functions import ARGUMENT_GUARDED, lambdify_torch
 from ..language.symbols import EPS, A, B, C, K, Present
 
 # --- guard and derivatives -------------------------------------------------------------------
@@ -99,8 +100,8 @@ def guard_matrix(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
             if exp.is_negative or not exp.is_integer:
                 return sympy.Pow(base + eps, exp)
             return sympy.Pow(base, exp)
-        if isinstance(e, sympy.log):
-            return sympy.log(args[0] + eps)
+        if isinstance(e, ARGUMENT_GUARDED):  # log(x) -> log(x + eps)
+            return e.func(args[0] + eps)
         if isinstance(e, Present):
             return e  # flat: no guard needed inside
         return e.func(*args)
@@ -158,7 +159,19 @@ def gradient(expr: sympy.Expr) -> sympy.Expr:
     >>> display(gradient(metricc.compile("sum(i, C[i,i]) / n").expr))
     'delta(a, b)/n - sum(i, C[i, i])/n**2'
     """
-    return contract(sympy.diff(expr, C[A, B]))
+    # Entries are real: |u|' = sign(u) u' (SymPy's Abs over an Indexed of unknown sign
+    # differentiates into re()/im() terms that no kernel can run).
+    real_abs = expr.replace(sympy.Abs, _RealAbs)
+    return contract(sympy.diff(real_abs, C[A, B]).replace(_RealAbs, sympy.Abs))
+
+
+class _RealAbs(sympy.Function):
+    """``abs`` of a real argument, for differentiating: its derivative is ``sign``."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        return sympy.sign(self.args[0])
 
 
 
@@ -188,10 +201,8 @@ def expand(expr: sympy.Expr, k: int, matrices: dict[str, Any] | None = None
 def matrix_value_function(expr: sympy.Expr, k: int, matrices: dict[str, Any] | None = None
                           ) -> Callable[..., Any]:
     """A torch function of a ``(k, k)`` matrix computing ``expr`` written out (no eps)."""
-    import torch
 
     e, sym = expand(expr, k, matrices)
     flat = list(itertools.chain.from_iterable(sym))
-    fn = sympy.lambdify(flat, e, modules=[{"sqrt": torch.sqrt, "log": torch.log,
-                                           "exp": torch.exp, "Abs": torch.abs}, "math"])
+    fn = sympy.lambdify(flat, e, modules=[lambdify_torch(), "math"])
     return lambda m: fn(*m.reshape(-1).unbind())

@@ -11,6 +11,7 @@ import sympy
 from sympy.printing.pytorch import TorchPrinter
 
 from ..errors import MetricError
+from ..language.functions import TORCH_CALLS
 from ..language.symbols import COUNTS
 
 
@@ -23,6 +24,16 @@ class MetricPrinter(TorchPrinter):
 
     def __init__(self) -> None:
         super().__init__({"fully_qualified_modules": True, "strict": True})
+
+    def doprint(self, expr: Any, assign_to: Any = None) -> str:
+        """The torch text of ``expr``; refuses a ``torch.<name>`` outside the function table
+        (no namespace that runs kernels would define it: ``torch.imag`` of a real tensor)."""
+        text = super().doprint(expr, assign_to)
+        unknown = sorted(set(re.findall(r"\btorch\.(\w+)", text)) - set(TORCH_CALLS))
+        if unknown:
+            raise MetricError(f"cannot generate code for {expr}: it needs torch.{unknown[0]}, "
+                              "which no kernel may call (metricc.language.functions)")
+        return text
 
     def _print_Pow(self, expr: sympy.Pow) -> str:
         base, exp = expr.args

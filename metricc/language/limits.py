@@ -61,3 +61,97 @@ def check_constants(expr: sympy.Expr, what: str) -> None:
                 f"{what} needs a constant near 10^{round(log10_abs(n))}, beyond "
                 f"10^±{MAX_EXPONENT}; write the formula with smaller constants")
 
+
+
+def number_problem(e: sympy.Expr) -> str | None:
+    """Why a node breaks the size limits, or ``None``."""
+    if e.is_Number:
+        if e.is_finite is False or e is sympy.nan:
+            return None  # zoo/nan: reported as "divides by zero" downstream
+        if e != 0 and abs(log10_abs(e)) > MAX_EXPONENT:
+            return f"a constant is out of range (beyond 10^±{MAX_EXPONENT})"
+    elif isinstance(e, sympy.Pow) and e.exp.is_Number and not e.base.is_Number:
+        if abs(e.exp) > MAX_POWER:
+            return f"exponent {e.exp} is too large (the limit is ±{MAX_POWER})"
+    return None
+
+
+def pow_problem(base: sympy.Expr, exp: sympy.Expr) -> str | None:
+    """Why ``base**exp`` must not be built, checked before SymPy multiplies it out
+    (``9^9^9`` has 370 million digits), or ``None``."""
+    if not (exp.is_Number and exp.is_finite):
+        return None
+    coeff = base if base.is_Number else base.as_coeff_Mul()[0]
+    if coeff.is_Rational and abs(coeff) not in (0, 1):
+        digits = (abs(int(coeff.p)).bit_length() + int(coeff.q).bit_length()) * math.log10(2)
+        if abs(float(exp)) * digits > 2 * MAX_EXPONENT:
+            return (f"power is out of range (beyond 10^±{MAX_EXPONENT}); "
+                    "metrics need no such numbers")
+    if not base.is_Number and abs(exp) > MAX_POWER:
+        return f"exponent {exp} is too large (the limit is ±{MAX_POWER})"
+    return None
+
+
+def substitute(expr: sympy.Expr, values: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    """``expr.xreplace(values)`` under the size limits, built bottom-up so that
+    ``c^c`` with ``c = 1e300`` is refused before SymPy evaluates it."""
+    memo: dict[int, sympy.Expr] = {}
+
+    def walk(e: sympy.Expr) -> sympy.Expr:
+        key = id(e)
+        if key not in memo:
+            if not e.args:
+                memo[key] = values.get(e, e)
+            else:
+                args = [walk(a) for a in e.args]
+                if isinstance(e, sympy.Pow) and (problem := pow_problem(*args)) is not None:
+                    raise MetricError(problem)
+                memo[key] = check_top(e.func(*args)) if args != list(e.args) else e
+        return memo[key]
+
+    return walk(expr)
+
+
+def check_top(e: sympy.Expr) -> sympy.Expr:
+    """Size limits on the nodes one operation can create: ``e``, its children and theirs."""
+    nodes = [e, *e.args]
+    nodes += [g for a in e.args if a.is_Mul or a.is_Pow for g in a.args]
+    for node in nodes:
+        if (problem := number_problem(node)) is not None:
+            raise MetricError(f"{problem}; metrics need no such numbers")
+    return e
+
+
+def check_size(expr: sympy.Expr, what: str = "formula") -> None:
+    """Raise MetricError if ``expr`` breaks a size limit; shared subtrees are walked once."""
+    memo: dict[int, tuple[int, int]] = {}
+
+    def size(e: sympy.Expr) -> tuple[int, int]:
+        """(nodes, depth), both capped just past their limits."""
+        key = id(e)
+        if key not in memo:
+            if (problem := number_problem(e)) is not None:
+                raise MetricError(f"{what}: {problem}; metrics need no such numbers")
+            parts = [size(a) for a in e.args]
+            memo[key] = (min(1 + sum(n for n, _ in parts), MAX_NODES + 1),
+                         min(1 + max((d for _, d in parts), default=0), MAX_DEPTH + 1))
+            if isinstance(e, (sympy.Min, sympy.Max)) and \
+                    (len(e.args) - 1) * memo[key][0] > MAX_MINMAX_WORK:
+                raise MetricError(
+                    f"{what}: {type(e).__name__.lower()}() of {len(e.args)} arguments of "
+                    f"{memo[key][0]} operations in all is too large to analyse (its "
+                    "derivative compares each argument with the others); use fewer or "
+                    "simpler arguments")
+        return memo[key]
+
+    n, depth = size(expr)
+    if depth > MAX_DEPTH:
+        raise MetricError(
+            f"{what} nests more than {MAX_DEPTH} operations deep once bindings are "
+            "substituted; write it with fewer nested functions and bindings"
+        )
+    if n > MAX_NODES:
+        raise MetricError(
+            f"{what} is too large to analyse (more than {MAX_NODES} operations once "
+            "bindings are substituted); write it with fewer nested bindings"
+        )

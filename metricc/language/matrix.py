@@ -17,7 +17,8 @@ from sympy.printing.str import StrPrinter
 
 from ..errors import MetricError
 from ..library import lookup
-from .symbols import COUNTS, DERIVED, MATRIX_FUNCTIONS, C, K, Present
+from .functions import MATRIX_FUNCTIONS
+from .symbols import COUNTS, DERIVED, C, K, Present
 
 __all__ = ["PLACEHOLDERS", "MatrixFormula", "col_total", "display", "is_matrix_expr", "resolve_matrix",
            "row_total", "share_sums", "total"]

@@ -57,9 +57,6 @@ K = sympy.Symbol("K", integer=True, positive=True)
 #: The free indices of the gradient ``d f / d C[a, b]``.
 A, B = sympy.symbols("a b", integer=True, nonnegative=True)
 
-#: Functions a matrix formula may call besides the 2x2 language's own.
-MATRIX_FUNCTIONS = ("sum", "row", "col", "present", "delta")
-
 
 class Present(sympy.Function):
     """``present(x)``: 1 where ``x > 0``, else 0.

@@ -1,43 +1,66 @@
-"""``verify()`` for K x K metrics: the generated kernels proved for small K, the loss checked.
+"""``verify()`` for K x K metrics: what the matrix changes in the shared harness.
 
 Symbolic: the generated source of ``matrix_and_gradient`` is executed on a
-``K x K`` matrix of SymPy symbols (numpy object arrays stand in for tensors, and
-the broadcasting helpers are re-implemented on them), for K = 2 and 3; its value
-and each of the K^2 gradient entries must equal SymPy's own metric, written out
-for that K, and its derivative by each ``C_i_j``. Numeric, in float64: the
-loss's gradient (symbolic and autograd backward, each relaxation) equals autograd
-of an independent plain implementation (the written-out metric, the soft matrix
-by explicit one-hot products) and finite differences (``gradcheck``).
+``K x K`` matrix of SymPy symbols (numpy object arrays stand in for tensors, the
+function table's stand-ins for ``torch``, and the broadcasting helpers are
+re-implemented on them), for K = 2 and 3; its value and each of the K^2 gradient
+entries must equal SymPy's own metric, written out for that K, and its derivative
+by each ``C_i_j``. Numeric, in float64 (:mod:`metricc.verify.numeric`): the loss's
+gradient (symbolic and autograd backward, each relaxation) equals autograd of an
+independent plain implementation (the written-out metric, the soft matrix by explicit
+one-hot products) and finite differences.
 """
 
 from __future__ import annotations
 
-import ast
 import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
 
 from ..analysis.matrix import expand, guard_matrix
-from ..errors import VerificationError
-from ..language.symbols import EPS
-from .counts import Check, VerificationReport, _against_reference, _ExactNumbers, symbolic_equal
+from ..errors import MetricError
+from ..language.functions import KERNEL_METHODS
+from ..language.symbols import EPS, Present
+from .numeric import against_reference, reference_lambdify
+from .proofs import as_printed, equal_at_points, run_symbolically, vectorized_torch
+from .report import Check, VerificationReport, finish
 
-#: A :class:`metricc.matrix_metric.MatrixMetric` (not imported: it imports this module).
-MatrixMetric = Any
-
-__all__ = ["verify_matrix"]
+__all__ = ["MatrixSubject", "kernel_namespace", "run_kernel_symbolically", "verify_matrix",
+           "verify_matrix_data"]
 
 
-def _object_namespace(k: int) -> dict[str, Any]:
-    """``torch`` and the kernel helpers, acting on numpy object arrays of SymPy expressions."""
-    import types
+@dataclass(frozen=True)
+class MatrixSubject:
+    """What the K x K checks need: data, not the facade. ``loss(relaxation, **options)``
+    builds the loss module; ``matrix_values`` holds each weight parameter's K x K values."""
 
+    expr: sympy.Expr
+    kernels_source: str
+    matrix_parameters: Sequence[str]
+    matrix_values: Mapping[str, Any]
+    higher_is_better: bool
+    loss: Callable[..., Any]
+    num_classes: int | None = None
+
+
+def _symbolic_matrix(k: int) -> type:
+    """A numpy object array class with the tensor methods kernels call on ``C``."""
     import numpy as np
 
-    def vec(fn: Any) -> Any:
-        return lambda x: np.vectorize(fn, otypes=[object])(x) if isinstance(x, np.ndarray) \
-            else fn(x)
+    def method(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda self, *a: fn(*a)
+
+    methods = {n: method(fn) for n, fn in KERNEL_METHODS.items()}
+    return type(f"SymbolicMatrix{k}", (np.ndarray,), methods)
+
+
+def kernel_namespace(k: int) -> dict[str, Any]:
+    """``torch`` and the kernel helpers of :mod:`metricc.runtime.matrix`, acting on numpy
+    object arrays of SymPy expressions, for ``k`` classes."""
+    import numpy as np
 
     def index(C: Any, dims: int, axis: int) -> Any:
         shape = [1] * dims
@@ -69,11 +92,6 @@ def _object_namespace(k: int) -> dict[str, Any]:
     def delta(i: Any, j: Any) -> Any:
         return np.vectorize(lambda a, b: sympy.Integer(int(a == b)), otypes=[object])(i, j)
 
-    def present(x: Any) -> Any:
-        from ..language.symbols import Present
-
-        return vec(Present)(x)
-
     def as_rows(x: Any, C: Any, dims: int) -> Any:
         return (np.zeros((C.shape[0],) + (1,) * (dims - 1), dtype=object) + x).reshape(-1)
 
@@ -81,21 +99,12 @@ def _object_namespace(k: int) -> dict[str, Any]:
         r = C.shape[0]
         return (np.zeros((r, k, k) + (1,) * (dims - 3), dtype=object) + x).reshape(r, k, k)
 
-    torch_ns = types.SimpleNamespace(
-        sqrt=vec(sympy.sqrt), rsqrt=vec(lambda x: 1 / sympy.sqrt(x)), log=vec(sympy.log),
-        exp=vec(sympy.exp), abs=vec(sympy.Abs), sign=vec(sympy.sign),
-        maximum=np.vectorize(sympy.Max, otypes=[object]),
-        minimum=np.vectorize(sympy.Min, otypes=[object]),
-        clamp=lambda x, min=None, max=None: vec(
-            lambda v: sympy.Min(sympy.Max(v, sympy.nsimplify(min)) if min is not None else v,
-                                sympy.nsimplify(max)) if max is not None else
-            sympy.Max(v, sympy.nsimplify(min)))(x),
-    )
+    present = np.vectorize(Present, otypes=[object])
     return {
-        "torch": torch_ns, "mx_size": lambda C: sympy.Integer(k), "mx_index": index,
-        "mx_entry": entry, "mx_sum": sum_, "mx_delta": delta, "mx_present": present,
+        "torch": vectorized_torch(), "mx_size": lambda C: sympy.Integer(k), "mx_index": index,
+        "mx_entry": entry, "mx_sum": sum_, "mx_delta": delta,
+        "mx_present": lambda x: present(x) if isinstance(x, np.ndarray) else Present(x),
         "mx_rows": as_rows, "mx_matrices": as_matrices,
-        "_sympy_Integer": sympy.Integer, "_sympy_Float": sympy.Float,
     }
 
 
@@ -104,64 +113,34 @@ def run_kernel_symbolically(source: str, k: int, entries: list[list[sympy.Symbol
     """``matrix_and_gradient`` of ``source`` on a symbolic ``k x k`` matrix."""
     import numpy as np
 
-    tree = ast.fix_missing_locations(_ExactNumbers().visit(ast.parse(source)))
-    namespace = _object_namespace(k)
-    # Our own generated source (validated SymPy trees only), run on SymPy objects.
-    exec(compile(tree, "<metricc verify matrix>", "exec"), namespace)
     m = np.empty((1, k, k), dtype=object)
     for i, j in itertools.product(range(k), range(k)):
         m[0, i, j] = entries[i][j]
     p = [np.array([[sympy.nsimplify(v) for v in row] for row in P], dtype=object)
          for P in params]
-    value, grad = namespace["matrix_and_gradient"](m, EPS, *p)
+    value, grad = run_symbolically(source, "matrix_and_gradient", m.view(_symbolic_matrix(k)), EPS,
+                                   *p, namespace=kernel_namespace(k))
     return value[0], [[grad[0, i, j] for j in range(k)] for i in range(k)]
 
 
-def _equal(a: sympy.Expr, b: sympy.Expr, seed: int, prove: bool
-           ) -> tuple[bool, str, dict[str, float] | None]:
-    """``a == b`` for nonnegative entries: exact random points, then (``prove``) ``cancel``.
-
-    The written-out K = 3 metrics (and the larger K = 2 ones) are rational functions
-    whose ``cancel`` takes minutes, so those are compared at exact random points
-    only; for a rational function a nonzero difference vanishing at 8 random
-    rational points is itself a coincidence of probability ~0.
-    """
-    if prove and sympy.count_ops(a) + sympy.count_ops(b) <= 400:
-        return symbolic_equal(a, b, seed)
-    import random
-
-    diff = a - b
-    symbols = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
-    rng = random.Random(seed)
-    points = 8
-    for _ in range(points):
-        pt = {s: sympy.Rational(rng.randint(1, 60), rng.randint(1, 7)) for s in symbols}
-        val = sympy.N(diff.xreplace(pt), 30)
-        ref = sympy.N(a.xreplace(pt), 30)
-        if val.has(sympy.nan, sympy.zoo) or val.is_finite is False:
-            continue
-        if abs(complex(val)) > 1e-20 * (1 + abs(complex(ref))):
-            return False, "differs", {s.name: float(v) for s, v in pt.items()}
-    return True, f"equal at {points} random exact points", None
-
-
-def _symbolic_checks(metric: MatrixMetric, report: VerificationReport, seed: int,
+def _symbolic_checks(metric: MatrixSubject, report: VerificationReport, seed: int,
                      sizes: tuple[int, ...]) -> None:
     guarded = guard_matrix(metric.expr, EPS)
     for k in sizes:
         if metric.num_classes is not None and k != metric.num_classes:
             continue
-        f, sym = expand(guarded, k, metric.matrix_values)
+        f, sym = expand(guarded, k, dict(metric.matrix_values))
+        f = as_printed(f)  # constants past 2**53 are float64 literals in the kernel
         params = [metric.matrix_values[p] for p in metric.matrix_parameters]
         value, grad = run_kernel_symbolically(metric.kernels_source, k, sym, params)
         prove = k == 2
-        ok, how, cex = _equal(value, f, seed, prove)
+        ok, how, cex = equal_at_points(value, f, seed, prove)
         report.checks.append(Check(f"K={k}: generated matrix_value == guarded metric", ok, how,
                                    cex))
         fails = []
         hows = set()
         for i, j in itertools.product(range(k), range(k)):
-            ok, how, cex = _equal(grad[i][j], sympy.diff(f, sym[i][j]), seed, prove)
+            ok, how, cex = equal_at_points(grad[i][j], sympy.diff(f, sym[i][j]), seed, prove)
             hows.add(how)
             if not ok:
                 fails.append((i, j, cex))
@@ -171,17 +150,14 @@ def _symbolic_checks(metric: MatrixMetric, report: VerificationReport, seed: int
             f"{fails[0][1]}]", fails[0][2] if fails else None))
 
 
-def _reference_loss(metric: MatrixMetric, k: int, relaxation: str, temperature: float,
+def _reference_loss(metric: MatrixSubject, k: int, relaxation: str, temperature: float,
                     eps: float) -> Any:
     """An independent float64 implementation: written-out metric, explicit soft matrix."""
     import torch
 
     f, sym = expand(guard_matrix(metric.expr, EPS).xreplace({EPS: sympy.Float(eps)}), k,
-                    metric.matrix_values)
-    flat = list(itertools.chain.from_iterable(sym))
-    fn = sympy.lambdify(flat, f, modules=[{"sqrt": torch.sqrt, "log": torch.log,
-                                           "exp": torch.exp, "Abs": torch.abs,
-                                           "Present": lambda v: (v > 0).to(v.dtype)}, "math"])
+                    dict(metric.matrix_values))
+    fn = reference_lambdify(list(itertools.chain.from_iterable(sym)), f)
 
     def loss(x: Any, y: Any) -> Any:
         z = x / temperature if relaxation == "softmax" else x
@@ -195,7 +171,7 @@ def _reference_loss(metric: MatrixMetric, k: int, relaxation: str, temperature: 
     return loss
 
 
-def _numeric_checks(metric: MatrixMetric, report: VerificationReport, seed: int,
+def _numeric_checks(metric: MatrixSubject, report: VerificationReport, seed: int,
                     size: int, k: int) -> None:
     import torch
 
@@ -205,7 +181,7 @@ def _numeric_checks(metric: MatrixMetric, report: VerificationReport, seed: int,
     x0 = torch.randn(size, k, generator=gen, dtype=torch.float64)
     eps, temperature = 1e-7, 0.5
     for relaxation in ("linear", "softmax"):
-        _against_reference(
+        against_reference(
             report, f"{relaxation}/{{backward}}",
             lambda b, rel=relaxation: metric.loss(rel, backward=b, from_logits=True, eps=eps,
                                                   temperature=temperature),
@@ -213,25 +189,31 @@ def _numeric_checks(metric: MatrixMetric, report: VerificationReport, seed: int,
             f"float64, N={size}, K={k}")
 
 
-def verify_matrix(metric: MatrixMetric, *, seed: int = 0, size: int = 24,
+def verify_matrix_data(metric: MatrixSubject, *, seed: int = 0, size: int = 24,
+                       sizes: tuple[int, ...] = (2, 3), numeric: bool = True,
+                       raise_on_failure: bool = True) -> VerificationReport:
+    """Run every check on a K x K metric given as data."""
+    report = VerificationReport()
+    _symbolic_checks(metric, report, seed, sizes)
+    if numeric:
+        _numeric_checks(metric, report, seed, size, metric.num_classes or 4)
+    return finish(report, raise_on_failure)
+
+
+def verify_matrix(metric: Any, *, seed: int = 0, size: int = 24,
                   sizes: tuple[int, ...] = (2, 3), numeric: bool = True,
                   raise_on_failure: bool = True, **unused: Any) -> VerificationReport:
-    """Run every check on a K x K ``metric``; raise :class:`VerificationError` on a failure.
+    """:func:`verify_matrix_data` of a K x K :class:`metricc.Metric` (the facade's
+    ``verify()``); raise :class:`VerificationError` on a failure.
 
     >>> import metricc
     >>> metricc.compile("multiclass_accuracy").verify().ok
     True
     """
     if unused:
-        from ..errors import MetricError
-
         raise MetricError(f"verify() of a K x K metric takes no {', '.join(unused)}")
-    report = VerificationReport()
-    _symbolic_checks(metric, report, seed, sizes)
-    if numeric:
-        _numeric_checks(metric, report, seed, size, metric.num_classes or 4)
-    if raise_on_failure and not report.ok:
-        err = VerificationError(str(report))
-        err.report = report  # type: ignore[attr-defined]
-        raise err
-    return report
+    subject = MatrixSubject(metric.expr, metric.kernels_source, tuple(metric.matrix_parameters),
+                            dict(metric.matrix_values), metric.higher_is_better, metric.loss,
+                            metric.num_classes)
+    return verify_matrix_data(subject, seed=seed, size=size, sizes=sizes, numeric=numeric,
+                              raise_on_failure=raise_on_failure)

@@ -1,0 +1,195 @@
+"""Symbolic execution of generated code, and equality of SymPy expressions.
+
+``verify`` runs our own generated kernels (and the runtime's relaxation sources) on SymPy
+symbols, through the stand-ins of the function table
+(:mod:`metricc.language.functions`), and compares what they compute with SymPy's own
+metric and derivatives: exactly, at random rational points to 30 digits, then by proof.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+from typing import Any
+
+import sympy
+
+from ..analysis.budget import evaluate, evaluator, spent
+from ..language.functions import TORCH_CALLS, sympy_torch
+from ..language.symbols import TO_POSITIVE
+
+__all__ = ["ExactNumbers", "as_printed", "equal_at_points", "run_symbolically", "symbolic_equal",
+           "vectorized_torch", "working_digits"]
+
+#: Above this size (sympy.count_ops) of a difference no symbolic proof is tried.
+MAX_PROOF_OPS = 600
+#: Two sides differ where they disagree past this share of their size (30-digit evaluation).
+RELATIVE = 1e-20
+
+
+class ExactNumbers(ast.NodeTransformer):
+    """Make number literals SymPy numbers, so ``1/2`` in generated code is exactly 1/2 and
+    a float literal is the decimal it reads as (``1e+150`` is 10**150)."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            return node
+        if isinstance(node.value, int):
+            call = ast.Call(ast.Name("_sympy_Integer", ast.Load()), [node], [])
+        else:
+            call = ast.Call(ast.Name("_sympy_Rational", ast.Load()),
+                            [ast.Constant(repr(node.value))], [])
+        return ast.copy_location(call, node)
+
+
+def as_printed(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with each constant the printer writes as a float64 literal rounded as it is
+    (integers and fractions past 2**53, floats): what the kernel text says, exactly.
+
+    >>> as_printed(sympy.Integer(2**60) * sympy.Symbol("x"))
+    1152921504606847000*x
+    """
+    big = 2**53
+
+    def rounded(n: sympy.Number) -> sympy.Expr:
+        try:
+            return sympy.Rational(repr(float(n)))
+        except (OverflowError, ValueError):
+            return n
+
+    subs: dict[sympy.Expr, sympy.Expr] = {}
+    for n in expr.atoms(sympy.Number):
+        if isinstance(n, sympy.Float) or (n.is_Rational and (abs(n.p) > big or n.q > big)):
+            subs[n] = rounded(n)
+    return expr.xreplace(subs) if subs else expr
+
+
+def run_symbolically(source: str, fn: str, *args: Any, namespace: dict[str, Any] | None = None
+                     ) -> Any:
+    """Execute our own generated (or runtime) source on SymPy objects, numbers kept exact.
+
+    ``namespace`` replaces the default globals (``torch`` as :func:`sympy_torch`).
+
+    >>> run_symbolically("def f(x):\\n    return torch.sqrt(x) / 2", "f", sympy.Integer(4))
+    1
+    """
+    tree = ast.fix_missing_locations(ExactNumbers().visit(ast.parse(source)))
+    scope: dict[str, Any] = {"torch": sympy_torch(), "Tensor": object, "Any": object,
+                             "staticmethod": lambda f: f}
+    scope.update(namespace or {})
+    scope.update(_sympy_Integer=sympy.Integer, _sympy_Rational=sympy.Rational)
+    # Only text metricc generated from validated SymPy trees, or the runtime's own source.
+    exec(compile(tree, f"<metricc verify {fn}>", "exec"), scope)
+    return scope[fn](*args)
+
+
+def vectorized_torch() -> Any:
+    """The SymPy stand-ins of :data:`TORCH_CALLS`, elementwise on numpy object arrays."""
+    import types
+
+    import numpy as np
+
+    def vec(fn: Any) -> Any:
+        def call(*a: Any, **kw: Any) -> Any:
+            if not any(isinstance(x, np.ndarray) for x in a):
+                return fn(*a, **kw)
+            return np.vectorize(lambda *x: fn(*x, **kw), otypes=[object])(*a)
+        return call
+
+    return types.SimpleNamespace(**{n: vec(c.sympy) for n, c in TORCH_CALLS.items()})
+
+
+def _random_point(rng: random.Random, symbols: list[sympy.Symbol]) -> dict[sympy.Symbol, Any]:
+    return {s: sympy.Rational(rng.randint(1, 60), rng.randint(1, 7)) for s in symbols}
+
+
+def working_digits(*exprs: sympy.Expr) -> int:
+    """30 digits, plus the decades the constants span: ``1e150*TP + FP`` keeps ``FP``
+    only at 150+ digits, and ``1 - 1e150*TP/(1e150*TP + FP)`` cancels to it.
+
+    >>> working_digits(sympy.Integer(10)**150 * sympy.Symbol("x"))
+    180
+    """
+    span = 0
+    for e in exprs:
+        for n in e.atoms(sympy.Number):
+            if n != 0 and n.is_finite:
+                span = max(span, abs(int(sympy.floor(sympy.log(abs(n), 10).evalf(5)))))
+    return 30 + min(span, 1000)
+
+
+def _differs(a: complex | None, b: complex | None, diff: complex | None) -> bool:
+    """``a - b`` is past :data:`RELATIVE` of the larger side (both evaluated to 30 digits)."""
+    if diff is None:
+        return False  # undefined or overflowing there
+    scale = max(abs(a) if a is not None else 0.0, abs(b) if b is not None else 0.0)
+    return abs(diff) > RELATIVE * scale if scale > 0 else abs(diff) > 1e-280
+
+
+def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
+                   points: int = 12) -> tuple[bool, str, dict[str, float] | None]:
+    """Whether ``a == b`` for all positive counts: ``(equal, how, counterexample)``.
+
+    Evaluation to 30 digits at random rational points first (a cheap disproof
+    with a counterexample; the tolerance is relative to the two sides, so values near
+    1e-20 are compared as any other), then a symbolic proof that ``a - b`` simplifies
+    to 0, skipped for large differences and once the time budget
+    (:func:`metricc.analysis.budget.limit`) is spent: ``cancel`` on the partials of
+    ``min(mcc, f1, g_mean, cohen_kappa)`` alone took a minute.
+
+    >>> tp = sympy.Symbol("TP")
+    >>> symbolic_equal(1e-25 * tp, 2e-25 * tp)[:2]
+    (False, 'differs')
+    """
+    base, other = a.xreplace(TO_POSITIVE), b.xreplace(TO_POSITIVE)
+    diff = base - other
+    symbols = sorted(diff.free_symbols | base.free_symbols | other.free_symbols,
+                     key=lambda s: s.name)
+    rng = random.Random(seed)
+    f_diff, f_a, f_b = (evaluator(e, symbols) for e in (diff, base, other))
+    digits = working_digits(base, other)
+    for _ in range(points):
+        at = _random_point(rng, symbols)
+        pt = [at[s] for s in symbols]
+        if _differs(*(evaluate(f, pt, digits) for f in (f_a, f_b, f_diff))):
+            return False, "differs", {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
+    sampled = f"equal at {points} random points to 30 digits"
+    ops = sympy.count_ops(diff)
+    if ops > MAX_PROOF_OPS:
+        return True, f"{sampled} (no proof attempted: {ops} operations)", None
+    if diff.has(sympy.Min, sympy.Max, sympy.Heaviside, sympy.sign, sympy.Piecewise):
+        # cancel/simplify rebuild min()/max() on every rewrite, comparing their arguments
+        # pairwise: 77 s for min() of six fractions (simplify: 250 s for -(max(mcc, 6))).
+        return True, f"{sampled} (no proof attempted: min/max)", None
+    proofs = [sympy.cancel] + ([sympy.simplify] if ops <= 300 else [])
+    for proof in proofs:
+        if spent():
+            return True, f"{sampled} (proof stopped at the time budget)", None
+        try:
+            if proof(sympy.together(diff)) == 0:
+                return True, f"proved equal ({proof.__name__})", None
+        except (sympy.PolynomialError, TypeError, ValueError, NotImplementedError):
+            pass
+    return True, f"{sampled} (no closed-form proof found)", None
+
+
+def equal_at_points(a: sympy.Expr, b: sympy.Expr, seed: int, prove: bool, points: int = 8
+                    ) -> tuple[bool, str, dict[str, float] | None]:
+    """``a == b`` for nonnegative entries: exact random points, then (``prove``) a proof.
+
+    For written-out K x K metrics, rational functions whose ``cancel`` takes minutes at
+    K = 3: there a nonzero difference vanishing at 8 random rational points is itself a
+    coincidence of probability ~0.
+    """
+    if prove and sympy.count_ops(a) + sympy.count_ops(b) <= 400:
+        return symbolic_equal(a, b, seed)
+    symbols = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
+    rng = random.Random(seed)
+    f_diff, f_a, f_b = (evaluator(e, symbols) for e in (a - b, a, b))
+    digits = working_digits(a, b)
+    for _ in range(points):
+        at = _random_point(rng, symbols)
+        pt = [at[s] for s in symbols]
+        if _differs(*(evaluate(f, pt, digits) for f in (f_a, f_b, f_diff))):
+            return False, "differs", {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
+    return True, f"equal at {points} random exact points", None
