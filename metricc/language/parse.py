@@ -30,6 +30,7 @@ from .limits import (
     MAX_EXPONENT,
     MAX_LENGTH,
     MAX_MINMAX_WORK,
+    MAX_PRODUCT_WORK,
     MAX_NESTING,
     MAX_NODES,
     MAX_POWER,
@@ -145,6 +146,11 @@ def check_size(expr: sympy.Expr, what: str = "formula") -> None:
                     f"{memo[key][0]} operations in all is too large to analyse (its "
                     "derivative compares each argument with the others); use fewer or "
                     "simpler arguments")
+            if e.is_Mul and len(e.args) * memo[key][0] > MAX_PRODUCT_WORK:
+                raise MetricError(
+                    f"{what}: a product of {len(e.args)} factors of {memo[key][0]} operations in "
+                    "all is too large to differentiate (its derivative has a copy of the product "
+                    "per factor); use fewer factors, or take logs")
         return memo[key]
 
     n, depth = size(expr)
