@@ -48,8 +48,7 @@ def _cpu() -> float:
     """CPU seconds of this process, its reaped children and the live worker."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    live = worker._WORKER.cpu() if worker._WORKER is not None else 0.0  # noqa: SLF001 - a test
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + live
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + worker.worker_cpu()
 
 
 def _alive(pid: int) -> bool:

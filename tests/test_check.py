@@ -10,7 +10,7 @@ import pytest
 import sympy
 
 import metricc
-from metricc.analysis.counts_check import DIRECTIONS, check
+from metricc.analysis.counts_check import DIRECTIONS, Monotonicity, check
 from metricc.library import METRICS
 
 INC, DEC, CONST, MIXED = "increasing", "decreasing", "constant", "mixed"
@@ -102,9 +102,9 @@ def test_symbolic_where_sympy_can_sampled_where_it_cannot() -> None:
     assert kappa.monotonicity["FP"].method == "sampled"
     # Min of two ratios: SymPy cannot sign Heaviside terms, sampling decides.
     r = metricc.compile("min(TP/(TP+FP), TP/(TP+FN))").check()
-    assert r.monotonicity["TP"] == metricc.check.Monotonicity("TP", INC, "sampled")
+    assert r.monotonicity["TP"] == Monotonicity("TP", INC, "sampled")
     assert r.monotonicity["FP"].direction == DEC
-    assert r.monotonicity["TN"] == metricc.check.Monotonicity("TN", CONST, "symbolic")
+    assert r.monotonicity["TN"] == Monotonicity("TN", CONST, "symbolic")
     for mono in r.monotonicity.values():
         assert mono.direction in DIRECTIONS
 

@@ -102,7 +102,7 @@ def test_deep_and_wide_formulas_are_refused_at_parse_time() -> None:
 
 
 def test_a_spent_budget_falls_back_to_sampling_and_says_so() -> None:
-    from metricc import budget
+    from metricc.analysis import budget
 
     with budget.limit(0.0):
         report = metricc.compile("mcc + f1").check()

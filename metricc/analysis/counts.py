@@ -14,15 +14,18 @@ import sympy
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 from .budget import BudgetExceeded, bounded, limit, remaining, spent
+from .size import MAX_EXPANSION, expansion_size, small_enough
 
 __all__ = [
     "EPS",
+    "MAX_EXPANSION",
     "NOT_DIFFERENTIABLE",
     "UNDEFINED",
     "Analysis",
     "Singularity",
     "analyse",
     "backward_coefficients",
+    "expansion_size",
     "guard",
     "partials",
     "simplify",
@@ -33,59 +36,10 @@ __all__ = [
 _ORDER = tuple(COUNTS)
 
 
-#: Above this many terms (see :func:`expansion_size`) ``cancel`` and ``factor``
-#: are skipped: their cost grows with the expanded polynomial, and an average
-#: of six named metrics, or ``(n + 1)^16``, would take minutes.
-MAX_EXPANSION = 400
 #: Above this many operations even ``together`` is skipped (seconds per call).
 MAX_OPS = 300
-#: Largest numerator or denominator of a fractional exponent (``x^(p/q)``) that
-#: ``cancel``/``factor`` may see: they write it as ``(x^(1/q))^p`` next to
-#: ``x = (x^(1/q))^q``, a polynomial of degree ``max(p, q)`` (``x^0.343 - 1``: 1000).
-MAX_ROOT_DEGREE = 12
 #: CPU seconds one :func:`simplify` may take (in a worker, :func:`metricc.analysis.budget.bounded`).
 SIMPLIFY_SECONDS = 1.0
-_SIZE_CAP = 10**9
-
-
-def expansion_size(expr: sympy.Expr) -> int:
-    """An upper bound on the number of terms of ``expr`` multiplied out.
-
-    Roots, logs and other functions count as single atoms (``cancel`` treats
-    them so), except a fractional power whose exponent's numerator or
-    denominator exceeds :data:`MAX_ROOT_DEGREE`: the polynomial SymPy builds for
-    it has that degree, so it counts as too large. Capped at 10**9 so it stays
-    cheap on huge exponents.
-
-    >>> expansion_size(sympy.sympify("(TP + FP)**3 * (FN + 1)"))
-    16
-    >>> expansion_size(sympy.sympify("TP**(343/1000) - 1")) > MAX_EXPANSION
-    True
-    """
-
-    def size(e: sympy.Expr) -> int:
-        if isinstance(e, sympy.Add):
-            return min(sum(size(a) for a in e.args), _SIZE_CAP)
-        if isinstance(e, sympy.Mul):
-            out = 1
-            for a in e.args:
-                out = min(out * size(a), _SIZE_CAP)
-            return out
-        if isinstance(e, sympy.Pow) and e.exp.is_Rational:
-            if e.exp.q > 1 and e.base.free_symbols and max(abs(e.exp.p), e.exp.q) > MAX_ROOT_DEGREE:
-                return _SIZE_CAP
-            # n**(9/2) is n**4 * n**(1/2) to cancel()
-            base = size(e.base)
-            n = min(abs(int(e.exp)), 64)
-            return _SIZE_CAP if base > 1 and n * base.bit_length() > 30 else base**n
-        return 1
-
-    return size(expr)
-
-
-def _small(expr: sympy.Expr) -> bool:
-    num, den = sympy.fraction(expr)
-    return expansion_size(num) + expansion_size(den) <= MAX_EXPANSION
 
 
 def simplify(expr: sympy.Expr) -> sympy.Expr:
@@ -93,10 +47,9 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
 
     ``sympy.simplify`` takes seconds on MCC-like formulas; these rewrites take
     milliseconds and are exact, which is all the emitter and the reader need.
-    Expressions too big to multiply out cheaply (:data:`MAX_EXPANSION`), met
-    once the enclosing :func:`metricc.analysis.budget.limit` is spent, or whose
-    rewrites take more than :data:`SIMPLIFY_SECONDS` of CPU (they run in a worker,
-    :func:`metricc.analysis.budget.bounded`), keep the form they have.
+    Expressions too big to multiply out (:data:`MAX_EXPANSION`), met once the enclosing
+    :func:`metricc.analysis.budget.limit` is spent, or whose rewrites take more than
+    :data:`SIMPLIFY_SECONDS` of CPU (in a worker: ``bounded``) keep the form they have.
 
     >>> simplify(sympy.sympify("TP/(TP + FP) + FP/(TP + FP)"))
     1
@@ -119,7 +72,7 @@ def _rewrite(expr: sympy.Expr) -> sympy.Expr:
     try:
         together = sympy.together(expr)
         candidates.append(together)
-        if _small(together):
+        if small_enough(together):
             candidates.append(sympy.factor_terms(sympy.cancel(together)))
     except (sympy.PolynomialError, TypeError, ValueError):  # pragma: no cover - exotic input
         pass
@@ -142,6 +95,11 @@ def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
 def _plain_partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
     with limit(0.0):  # simplify() gives up at once
         return partials(expr)
+
+
+def _plain_undefined(expr: sympy.Expr) -> list[sympy.Expr]:
+    with limit(0.0):
+        return undefined_where(expr)
 
 
 def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
@@ -230,10 +188,8 @@ def undefined_where(expr: sympy.Expr) -> list[sympy.Expr]:
 class Analysis:
     """What stage 2 knows about a metric.
 
-    ``gradient`` and ``undefined`` are computed on first use: simplifying the
-    partials is most of the cost of a compile (0.3 s for ``mcc``), and neither
-    is needed to build the loss (the emitter differentiates the guarded form
-    itself).
+    ``gradient`` and ``undefined`` are computed on first use, each bounded
+    (:func:`metricc.analysis.budget.bounded`): the loss does not need them.
     """
 
     expr: sympy.Expr
@@ -249,7 +205,10 @@ class Analysis:
     @cached_property
     def undefined(self) -> list[sympy.Expr]:
         """Factors whose vanishing leaves the metric undefined."""
-        return undefined_where(self.expr)
+        try:
+            return bounded(undefined_where, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
+        except BudgetExceeded:  # without factoring denominators
+            return bounded(_plain_undefined, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
 
 
 def analyse(expr: sympy.Expr) -> Analysis:
@@ -337,7 +296,7 @@ def singularities(expr: sympy.Expr, explain: bool = True
         """
         num, den = sympy.fraction(sympy.together(d))
         try:
-            factors = [f for f, _ in sympy.factor_list(num)[1]] if _small(num) and not spent() else [num]
+            factors = [f for f, _ in sympy.factor_list(num)[1]] if small_enough(num) and not spent() else [num]
         except sympy.PolynomialError:  # roots/logs inside: keep it whole
             factors = [num]
         if len(factors) == 1:

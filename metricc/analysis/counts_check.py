@@ -17,7 +17,8 @@ import sympy
 from ..errors import MetricError
 from ..language.symbols import COUNTS, TO_POSITIVE
 from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit, spent
-from .counts import MAX_EXPANSION, Singularity, expansion_size, partials, singularities
+from .counts import Singularity, partials, singularities
+from .size import MAX_EXPANSION, expansion_size
 
 __all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check"]
 

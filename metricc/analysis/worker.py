@@ -45,7 +45,8 @@ from typing import Any
 
 from ..errors import MetricError
 
-__all__ = ["AVAILABLE", "BudgetExceeded", "Interrupted", "in_worker", "run", "shutdown", "worker_pid"]
+__all__ = ["AVAILABLE", "BudgetExceeded", "Interrupted", "in_worker", "run", "shutdown", "worker_cpu",
+           "worker_pid"]
 
 #: Whether computations can run in a worker here (Linux with ``fork``, not disabled).
 AVAILABLE = (sys.platform.startswith("linux") and hasattr(os, "fork")
@@ -222,6 +223,11 @@ _WORKER: _Worker | None = None
 def worker_pid() -> int | None:
     """The worker's process id, or ``None`` when none is running."""
     return _WORKER.pid if _WORKER is not None and _WORKER.owner == os.getpid() else None
+
+
+def worker_cpu() -> float:
+    """CPU seconds the running worker has used so far (0 when none): for measuring budgets."""
+    return _WORKER.cpu() if worker_pid() is not None else 0.0  # type: ignore[union-attr]
 
 
 def shutdown() -> None:

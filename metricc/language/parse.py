@@ -30,10 +30,10 @@ from .limits import (
     MAX_EXPONENT,
     MAX_LENGTH,
     MAX_MINMAX_WORK,
-    MAX_PRODUCT_WORK,
     MAX_NESTING,
     MAX_NODES,
     MAX_POWER,
+    MAX_PRODUCT_WORK,
     MAX_TOKENS,
     check_constants,
 )
