@@ -133,18 +133,20 @@ def _limited(fn: Callable[..., Any], seconds: float, args: tuple[Any, ...],
 
 
 def bounded(fn: Callable[..., Any], *args: Any, seconds: float | None = None,
-            memory: int = MEMORY_BYTES, **kwargs: Any) -> Any:
+            memory: int = MEMORY_BYTES, inline: bool = False, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with at most ``seconds`` of CPU and ``memory`` more bytes.
 
     ``seconds`` defaults to what the enclosing :func:`limit` has left (else
     :data:`PROOF_SECONDS`). ``fn`` sees a :func:`limit` of ``seconds`` (so its
-    between-call checks stop it gracefully) and is interrupted a quarter later; it
+    between-call checks stop it gracefully) and is interrupted half as long again
+    later (at least 0.5 s); it
     runs in a worker process (:mod:`metricc.analysis.worker`), so ``fn``, the
     arguments and the result must pickle (SymPy expressions do). Raises
     :class:`BudgetExceeded` (a :class:`metricc.MetricError`) when a limit is hit
     or the worker dies, and re-raises what ``fn`` raised. The CPU it used is
-    charged to the enclosing :func:`limit`. Without ``fork`` it runs in-process
-    under :func:`limit` only.
+    charged to the enclosing :func:`limit`. Without ``fork``, or with ``inline``
+    (for work that cannot run away, :func:`metricc.analysis.size.tame`: no round
+    trip), it runs in-process under :func:`limit` only.
 
     >>> bounded(sum, [1, 2, 3])
     6
@@ -158,10 +160,10 @@ def bounded(fn: Callable[..., Any], *args: Any, seconds: float | None = None,
         if outer is not None:
             outer.exhausted = True
         raise BudgetExceeded("time", 0.0, seconds)
-    if not worker.AVAILABLE or worker.in_worker():  # the enclosing limit (or worker) bounds it
+    if inline or not worker.AVAILABLE or worker.in_worker():  # the enclosing limit (or worker) bounds it
         with limit(seconds):
             return fn(*args, **kwargs)
-    hard = seconds + max(0.25, seconds / 4)
+    hard = seconds + max(0.5, seconds / 2)
     try:
         (value, exhausted), cpu = worker.run(_limited, (fn, seconds, args, kwargs), {}, hard, memory)
     except BudgetExceeded as e:

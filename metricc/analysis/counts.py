@@ -14,7 +14,7 @@ import sympy
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 from .budget import BudgetExceeded, bounded, limit, remaining, spent
-from .size import MAX_EXPANSION, expansion_size, small_enough
+from .size import MAX_EXPANSION, expansion_size, small_enough, tame
 
 __all__ = [
     "EPS",
@@ -60,7 +60,7 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
     if spent() or sympy.count_ops(expr) > MAX_OPS:
         return expr.xreplace(FROM_POSITIVE)
     try:
-        best = bounded(_rewrite, expr, seconds=min(SIMPLIFY_SECONDS, remaining()))
+        best = bounded(_rewrite, expr, seconds=min(SIMPLIFY_SECONDS, remaining()), inline=tame(expr))
     except BudgetExceeded:  # a single cancel() that runs away: keep the unsimplified form
         best = expr
     return best.xreplace(FROM_POSITIVE)
@@ -198,7 +198,8 @@ class Analysis:
     def gradient(self) -> dict[str, sympy.Expr]:
         """``{"TP": d expr/d TP, ...}``, simplified (in one worker call; unsimplified past it)."""
         try:
-            return bounded(partials, self.expr, seconds=min(4 * SIMPLIFY_SECONDS, remaining()))  # type: ignore[no-any-return]
+            return bounded(partials, self.expr, seconds=min(4 * SIMPLIFY_SECONDS, remaining()),  # type: ignore[no-any-return]
+                           inline=tame(self.expr))
         except BudgetExceeded:  # the plain derivatives, unsimplified
             return bounded(_plain_partials, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
 
@@ -206,7 +207,8 @@ class Analysis:
     def undefined(self) -> list[sympy.Expr]:
         """Factors whose vanishing leaves the metric undefined."""
         try:
-            return bounded(undefined_where, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
+            return bounded(undefined_where, self.expr, seconds=4 * SIMPLIFY_SECONDS,  # type: ignore[no-any-return]
+                           inline=tame(self.expr))
         except BudgetExceeded:  # without factoring denominators
             return bounded(_plain_undefined, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
 

@@ -18,7 +18,7 @@ from ..errors import MetricError
 from ..language.symbols import COUNTS, TO_POSITIVE
 from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit, spent
 from .counts import Singularity, partials, singularities
-from .size import MAX_EXPANSION, expansion_size
+from .size import MAX_EXPANSION, expansion_size, tame
 
 __all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check"]
 
@@ -367,10 +367,10 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
                           f"{', '.join(sorted(extra))}")
     with limit() as budget:  # proofs give up after PROOF_SECONDS; verdicts fall back to samples
         try:  # in a worker that is stopped if one SymPy call runs away
-            found = bounded(_findings, expr, gradient)
+            found = bounded(_findings, expr, gradient, inline=tame(expr))
         except BudgetExceeded:
             try:  # no proofs at all: sampled verdicts only
-                found = bounded(_sampled_findings, expr, gradient, seconds=PROOF_SECONDS)
+                found = bounded(_sampled_findings, expr, gradient, seconds=2 * PROOF_SECONDS)
             except BudgetExceeded as e:
                 raise MetricError(f"check() could not analyse this formula: {e} "
                                   "(loss(..., warn_monotonicity=False) skips check())") from None

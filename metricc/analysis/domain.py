@@ -29,6 +29,7 @@ import sympy
 
 from ..language.symbols import COUNTS, TO_POSITIVE
 from .budget import BudgetExceeded, bounded, evaluate, evaluator, float_evaluator
+from .size import tame
 
 __all__ = ["domain_problem"]
 
@@ -79,7 +80,7 @@ def domain_problem(expr: sympy.Expr) -> str | None:
     :data:`DOMAIN_SECONDS`); past it every piece is decided by the sample points alone.
     """
     try:
-        return bounded(_problem, expr, True, seconds=DOMAIN_SECONDS)  # type: ignore[no-any-return]
+        return bounded(_problem, expr, True, seconds=DOMAIN_SECONDS, inline=tame(expr))  # type: ignore[no-any-return]
     except BudgetExceeded:
         return _problem(expr, False)
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sympy
 
-__all__ = ["MAX_EXPANSION", "MAX_ROOT_DEGREE", "expansion_size", "small_enough"]
+__all__ = ["MAX_EXPANSION", "MAX_ROOT_DEGREE", "TAME_DEGREE", "TAME_OPS", "TAME_TERMS", "expansion_size",
+           "small_enough",
+           "tame"]
 
 #: Above this many terms (see :func:`expansion_size`) ``cancel`` and ``factor``
 #: are skipped: their cost grows with the expanded polynomial, and an average
@@ -56,3 +58,29 @@ def small_enough(expr: sympy.Expr) -> bool:
     """Whether numerator and denominator of ``expr`` multiplied out have at most :data:`MAX_EXPANSION` terms."""
     num, den = sympy.fraction(expr)
     return expansion_size(num) + expansion_size(den) <= MAX_EXPANSION
+
+
+#: Most terms, operations and exponent numerator/denominator of a :func:`tame` expression.
+TAME_TERMS, TAME_OPS, TAME_DEGREE = 64, 80, 4
+
+
+def tame(expr: sympy.Expr) -> bool:
+    """Whether ``expr`` is small enough that SymPy's rewrites of it finish in milliseconds.
+
+    At most :data:`TAME_TERMS` terms multiplied out (denominators counted as numerators),
+    :data:`TAME_OPS` operations, only exponents ``p/q`` with ``|p|, q <=`` :data:`TAME_DEGREE`
+    and no functions (``exp``, ``min``, ...): a rational function of low degree in the counts
+    and their square roots, as the named metrics are. Such steps run in-process, with no
+    worker round trip (:func:`metricc.analysis.budget.bounded`).
+
+    >>> tame(sympy.sympify("(TP*TN - FP*FN)/sqrt((TP+FP)*(TP+FN)*(TN+FP)*(TN+FN))"))
+    True
+    >>> tame(sympy.sympify("(TP/(TP+FP))**(343/1000)"))
+    False
+    """
+    if sympy.count_ops(expr) > TAME_OPS or expr.atoms(sympy.Function):  # exp, log, min, abs, ...
+        return False
+    for p in expr.atoms(sympy.Pow):
+        if not (p.exp.is_Rational and max(abs(p.exp.p), p.exp.q) <= TAME_DEGREE):
+            return False
+    return expansion_size(expr) <= TAME_TERMS
