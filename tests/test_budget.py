@@ -187,3 +187,14 @@ def _parent(pid: str) -> str | None:
             return f.read().rsplit(")", 1)[1].split()[1]
     except OSError:
         return None
+
+
+def test_a_worker_killed_from_outside_is_replaced() -> None:
+    budget.bounded(sum, [1])
+    pid = worker.worker_pid()
+    assert pid is not None
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    with pytest.raises(budget.BudgetExceeded):
+        budget.bounded(sum, [2])
+    assert budget.bounded(sum, [3]) == 3

@@ -263,9 +263,11 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         worker = _WORKER
         try:
             status, value, cpu = worker.call(request, seconds)
-        except BaseException:  # timed out, died, or Ctrl-C in the parent: never reuse it
+        except BaseException as e:  # timed out, died, or Ctrl-C in the parent: never reuse it
             worker.close()
             _WORKER = None
+            if isinstance(e, OSError):  # a worker killed from outside: a broken pipe
+                raise BudgetExceeded("crashed", 0.0, seconds) from None
             raise
         if status == "memory":
             worker.close()
