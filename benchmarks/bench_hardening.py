@@ -49,7 +49,7 @@ FAMILIES = {"fractional power": ["^0.343", "^0.2401", "^0.117649", "nested ^0.7"
             "named metrics": ["f1", "(mcc - kappa)/(mcc + kappa + 3)", "min(mcc, f1, g_mean, cohen_kappa)"],
             "long sum": ["3,000-term sum", "7,000-term sum"],
             "min/max": ["min of 400 args", "min of 6 args"],
-            "binding chain": ["100-line chain", "200-line chain", "30-line product chain",
+            "binding chain": ["100-line chain", "200-line chain", "15-line product chain",
                               "100-line product chain"],
             "nesting": ["log 300 deep", "log 20 deep", "1/(1+...) 400 deep"]}
 
@@ -64,7 +64,7 @@ CASES = {
     "^100": "(TP/(TP+FP+1))^100",
     "exp(82.98603/(n+1)) + TN^3": "exp(82.98603/(n+1)) + TN^3",
     "(mcc - kappa)/(mcc + kappa + 3)": "(mcc - cohen_kappa)/(mcc + cohen_kappa + 3)",
-    "30-line product chain": product_chain(30),
+    "15-line product chain": product_chain(15),
     "100-line product chain": product_chain(100),
     "f1": "f1",
     "mcc^f1": "mcc^f1",

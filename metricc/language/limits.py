@@ -37,9 +37,9 @@ MAX_ARGS = 6
 #: through compile, check, loss and verify; six named metrics took 12 s.
 MAX_MINMAX_WORK = 400
 #: Largest factors * operations of one product once bindings are substituted: its
-#: derivative has one copy of the product per factor (a 45-line chain `a_i = a_(i-1) * (TP+i)/(n+i)`,
-#: 28,000, took 1.5 s to differentiate; 100 lines did not finish in 40 s).
-MAX_PRODUCT_WORK = 12_000
+#: derivative has one copy of the product per factor (a 20-line chain `a_i = a_(i-1) * (TP+i)/(n+i)`,
+#: 12,500, took 10 s in compile + check + loss + verify; 100 lines did not finish).
+MAX_PRODUCT_WORK = 6_000
 
 
 #: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308).
