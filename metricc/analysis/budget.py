@@ -1,11 +1,17 @@
 """Bounded analysis: time budgets for symbolic proofs and a safe high-precision evaluator.
 
 SymPy has no time limit of its own, and some inputs that pass the size limits
-of :mod:`metricc.language.parse` still make a proof run for minutes (the sign of the
-partials of ``mcc^f1``, ``simplify`` on a difference of four named metrics).
-The analysis therefore checks a deadline (:func:`limit`, :func:`spent`)
-between SymPy calls and, once it has passed, gives the verdict it can reach without the proof (a sampled
-monotonicity, an equality at exact random points), which says so.
+of :mod:`metricc.language.parse` still make one ``factor`` or ``cancel`` run for
+minutes and gigabytes (``(TP/(TP+FP))^0.343`` is a polynomial of degree 343).
+Two mechanisms bound it:
+
+* :func:`bounded` runs a computation in a worker process (:mod:`metricc.analysis.worker`)
+  with a hard CPU-time and memory limit, and raises :class:`BudgetExceeded` past them;
+  the caller then gives the verdict it can reach without the proof (a sampled
+  monotonicity, the unsimplified expression), which says so;
+* a deadline (:func:`limit`, :func:`spent`) checked between SymPy calls, so that a
+  slow sequence of fast calls stops early with the proofs it has. CPU that a
+  worker spends is charged to the enclosing :func:`limit`.
 
 Evaluating at a point is done with mpmath floats rather than SymPy numbers:
 ``Rational(7, 10)**Rational(3, 5)`` makes SymPy factor integers, which hangs
@@ -20,6 +26,7 @@ on the rationals that a fractional power of a fractional power produces.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,13 +40,19 @@ from sympy.printing.lambdarepr import MpmathPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
 from ..language.functions import mpmath_functions
+from . import worker
+from .worker import BudgetExceeded
 
 __all__ = [
+    "MEMORY_BYTES",
     "PROOF_SECONDS",
+    "BudgetExceeded",
+    "bounded",
     "evaluate",
     "evaluator",
     "float_evaluator",
     "limit",
+    "remaining",
     "spent",
 ]
 
@@ -48,6 +61,8 @@ __all__ = [
 #: verdicts are deterministic; only which of them got a proof depends on the
 #: machine's speed, and each verdict says which it is.
 PROOF_SECONDS = 2.0
+#: Bytes by which one :func:`bounded` computation may grow the worker's address space.
+MEMORY_BYTES = 2 << 30
 
 
 # exp/power arguments beyond this many e-folds are overflow: float64 ends at
@@ -99,6 +114,71 @@ def spent() -> bool:
         deadline.exhausted = True
         return True
     return False
+
+
+def remaining(default: float = PROOF_SECONDS) -> float:
+    """CPU seconds the current :func:`limit` has left (``default`` outside any)."""
+    deadline = _CURRENT.get()
+    return default if deadline is None else deadline.at - time.thread_time()
+
+
+def _limited(fn: Callable[..., Any], seconds: float, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    # A fresh context: the worker was forked inside some caller's limit(), whose
+    # deadline is on the parent's clock.
+    def go() -> tuple[Any, bool]:
+        with limit(seconds) as deadline:
+            return fn(*args, **kwargs), deadline.exhausted
+
+    return contextvars.Context().run(go)
+
+
+def bounded(fn: Callable[..., Any], *args: Any, seconds: float | None = None,
+            memory: int = MEMORY_BYTES, inline: bool = False, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with at most ``seconds`` of CPU and ``memory`` more bytes.
+
+    ``seconds`` defaults to what the enclosing :func:`limit` has left (else
+    :data:`PROOF_SECONDS`). ``fn`` sees a :func:`limit` of ``seconds`` (so its
+    between-call checks stop it gracefully) and is interrupted half as long again
+    later (at least 0.5 s); it
+    runs in a worker process (:mod:`metricc.analysis.worker`), so ``fn``, the
+    arguments and the result must pickle (SymPy expressions do). Raises
+    :class:`BudgetExceeded` (a :class:`metricc.MetricError`) when a limit is hit
+    or the worker dies, and re-raises what ``fn`` raised. The CPU it used is
+    charged to the enclosing :func:`limit`. Without ``fork``, or with ``inline``
+    (for work that cannot run away, :func:`metricc.analysis.size.tame`: no round
+    trip), it runs in-process under :func:`limit` only.
+
+    >>> bounded(sum, [1, 2, 3])
+    6
+    >>> import sympy
+    >>> bounded(sympy.factor, sympy.sympify("x**2 - 1"), seconds=1.0)
+    (x - 1)*(x + 1)
+    """
+    outer = _CURRENT.get()
+    seconds = remaining() if seconds is None else seconds
+    if seconds <= 0:
+        if outer is not None:
+            outer.exhausted = True
+        raise BudgetExceeded("time", 0.0, seconds)
+    if inline or not worker.AVAILABLE or worker.in_worker():  # the enclosing limit (or worker) bounds it
+        with limit(seconds):
+            return fn(*args, **kwargs)
+    hard = seconds + max(0.5, seconds / 2)
+    try:
+        (value, exhausted), cpu = worker.run(_limited, (fn, seconds, args, kwargs), {}, hard, memory)
+    except BudgetExceeded as e:
+        _charge(outer, e.cpu, exhausted=True)
+        raise
+    _charge(outer, cpu, exhausted)
+    return value
+
+
+def _charge(deadline: _Deadline | None, cpu: float, exhausted: bool) -> None:
+    # The worker's CPU is not this thread's: move the deadline instead.
+    if deadline is not None:
+        deadline.at -= cpu
+        deadline.exhausted = deadline.exhausted or exhausted
 
 
 def _exp(x: Any) -> Any:

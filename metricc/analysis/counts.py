@@ -14,16 +14,19 @@ import sympy
 from ..language.functions import ARGUMENT_GUARDED
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
-from .budget import spent
+from .budget import BudgetExceeded, bounded, limit, remaining, spent
+from .size import MAX_EXPANSION, expansion_size, small_enough, tame
 
 __all__ = [
     "EPS",
+    "MAX_EXPANSION",
     "NOT_DIFFERENTIABLE",
     "UNDEFINED",
     "Analysis",
     "Singularity",
     "analyse",
     "backward_coefficients",
+    "expansion_size",
     "guard",
     "partials",
     "simplify",
@@ -34,46 +37,10 @@ __all__ = [
 _ORDER = tuple(COUNTS)
 
 
-#: Above this many terms (see :func:`expansion_size`) ``cancel`` and ``factor``
-#: are skipped: their cost grows with the expanded polynomial, and an average
-#: of six named metrics, or ``(n + 1)^16``, would take minutes.
-MAX_EXPANSION = 400
 #: Above this many operations even ``together`` is skipped (seconds per call).
 MAX_OPS = 300
-_SIZE_CAP = 10**9
-
-
-def expansion_size(expr: sympy.Expr) -> int:
-    """An upper bound on the number of terms of ``expr`` multiplied out.
-
-    Roots, logs and other functions count as single atoms (``cancel`` treats
-    them so). Capped at 10**9 so it stays cheap on huge exponents.
-
-    >>> expansion_size(sympy.sympify("(TP + FP)**3 * (FN + 1)"))
-    16
-    """
-
-    def size(e: sympy.Expr) -> int:
-        if isinstance(e, sympy.Add):
-            return min(sum(size(a) for a in e.args), _SIZE_CAP)
-        if isinstance(e, sympy.Mul):
-            out = 1
-            for a in e.args:
-                out = min(out * size(a), _SIZE_CAP)
-            return out
-        if isinstance(e, sympy.Pow) and e.exp.is_Rational:
-            # n**(9059/100) is n**90 * n**(59/100) to cancel()
-            base = size(e.base)
-            n = min(abs(int(e.exp)), 64)
-            return _SIZE_CAP if base > 1 and n * base.bit_length() > 30 else base**n
-        return 1
-
-    return size(expr)
-
-
-def _small(expr: sympy.Expr) -> bool:
-    num, den = sympy.fraction(expr)
-    return expansion_size(num) + expansion_size(den) <= MAX_EXPANSION
+#: CPU seconds one :func:`simplify` may take (in a worker, :func:`metricc.analysis.budget.bounded`).
+SIMPLIFY_SECONDS = 1.0
 
 
 def simplify(expr: sympy.Expr) -> sympy.Expr:
@@ -81,24 +48,36 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
 
     ``sympy.simplify`` takes seconds on MCC-like formulas; these rewrites take
     milliseconds and are exact, which is all the emitter and the reader need.
-    Expressions too big to multiply out cheaply (:data:`MAX_EXPANSION`), or met
-    once the enclosing :func:`metricc.analysis.budget.limit` is spent, keep the form they have.
+    Expressions too big to multiply out (:data:`MAX_EXPANSION`), met once the enclosing
+    :func:`metricc.analysis.budget.limit` is spent, or whose rewrites take more than
+    :data:`SIMPLIFY_SECONDS` of CPU (in a worker: ``bounded``) keep the form they have.
+
+    >>> simplify(sympy.sympify("TP/(TP + FP) + FP/(TP + FP)"))
+    1
     """
     # Counts are nonnegative, so e.g. sqrt(TP**2) is TP; SymPy only uses that
     # with positive symbols, swapped in and out here.
     expr = expr.xreplace(TO_POSITIVE)
-    candidates = [expr]
     if spent() or sympy.count_ops(expr) > MAX_OPS:
         return expr.xreplace(FROM_POSITIVE)
     try:
+        best = bounded(_rewrite, expr, seconds=min(SIMPLIFY_SECONDS, remaining()), inline=tame(expr))
+    except BudgetExceeded:  # a single cancel() that runs away: keep the unsimplified form
+        best = expr
+    return best.xreplace(FROM_POSITIVE)
+
+
+def _rewrite(expr: sympy.Expr) -> sympy.Expr:
+    """The shortest of ``expr``, ``together(expr)`` and its cancelled form (positive symbols)."""
+    candidates = [expr]
+    try:
         together = sympy.together(expr)
         candidates.append(together)
-        if _small(together):
+        if small_enough(together):
             candidates.append(sympy.factor_terms(sympy.cancel(together)))
     except (sympy.PolynomialError, TypeError, ValueError):  # pragma: no cover - exotic input
         pass
-    best = min(candidates, key=lambda e: (sympy.count_ops(e), len(str(e))))
-    return best.xreplace(FROM_POSITIVE)
+    return min(candidates, key=lambda e: (sympy.count_ops(e), len(str(e))))
 
 
 def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
@@ -112,6 +91,16 @@ def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
     for k, d in out.items():
         check_constants(d, f"d/d{k} of the formula")
     return out
+
+
+def _plain_partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
+    with limit(0.0):  # simplify() gives up at once
+        return partials(expr)
+
+
+def _plain_undefined(expr: sympy.Expr) -> list[sympy.Expr]:
+    with limit(0.0):
+        return undefined_where(expr)
 
 
 def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
@@ -200,23 +189,29 @@ def undefined_where(expr: sympy.Expr) -> list[sympy.Expr]:
 class Analysis:
     """What stage 2 knows about a metric.
 
-    ``gradient`` and ``undefined`` are computed on first use: simplifying the
-    partials is most of the cost of a compile (0.3 s for ``mcc``), and neither
-    is needed to build the loss (the emitter differentiates the guarded form
-    itself).
+    ``gradient`` and ``undefined`` are computed on first use, each bounded
+    (:func:`metricc.analysis.budget.bounded`): the loss does not need them.
     """
 
     expr: sympy.Expr
 
     @cached_property
     def gradient(self) -> dict[str, sympy.Expr]:
-        """``{"TP": d expr/d TP, ...}``, simplified."""
-        return partials(self.expr)
+        """``{"TP": d expr/d TP, ...}``, simplified (in one worker call; unsimplified past it)."""
+        try:
+            return bounded(partials, self.expr, seconds=min(4 * SIMPLIFY_SECONDS, remaining()),  # type: ignore[no-any-return]
+                           inline=tame(self.expr))
+        except BudgetExceeded:  # the plain derivatives, unsimplified
+            return bounded(_plain_partials, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
 
     @cached_property
     def undefined(self) -> list[sympy.Expr]:
         """Factors whose vanishing leaves the metric undefined."""
-        return undefined_where(self.expr)
+        try:
+            return bounded(undefined_where, self.expr, seconds=4 * SIMPLIFY_SECONDS,  # type: ignore[no-any-return]
+                           inline=tame(self.expr))
+        except BudgetExceeded:  # without factoring denominators
+            return bounded(_plain_undefined, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
 
 
 def analyse(expr: sympy.Expr) -> Analysis:
@@ -304,7 +299,7 @@ def singularities(expr: sympy.Expr, explain: bool = True
         """
         num, den = sympy.fraction(sympy.together(d))
         try:
-            factors = [f for f, _ in sympy.factor_list(num)[1]] if _small(num) else [num]
+            factors = [f for f, _ in sympy.factor_list(num)[1]] if small_enough(num) and not spent() else [num]
         except sympy.PolynomialError:  # roots/logs inside: keep it whole
             factors = [num]
         if len(factors) == 1:
@@ -318,14 +313,15 @@ def singularities(expr: sympy.Expr, explain: bool = True
     def add(into: list[Singularity], s: Singularity) -> None:
         # One expand per piece (comparing each new piece with all earlier ones was
         # quadratic: a min() of n arguments has n(n-1)/2 branch switches).
-        key = (s.relation, sympy.expand(s.expr))
+        big = spent() or expansion_size(s.expr) > MAX_EXPANSION
+        key = (s.relation, s.expr if big else sympy.expand(s.expr))
         if key not in seen:
             seen.add(key)
             into.append(s)
 
     def division(f: sympy.Expr, power: sympy.Expr) -> str:
         """0/0 or x/0 where the factor ``f`` of a denominator (to ``power``) vanishes."""
-        if not explain or not _linear_positive(f):
+        if not explain or spent() or not _linear_positive(f):
             return "division by zero"
         # A positive combination of counts vanishes only where each of its counts is 0.
         zero = {s: sympy.Integer(0) for s in _count_symbols(f)}

@@ -16,8 +16,9 @@ import sympy
 
 from ..errors import MetricError
 from ..language.symbols import COUNTS, TO_POSITIVE
-from .budget import evaluate, evaluator, float_evaluator, limit, spent
+from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit, spent
 from .counts import Singularity, partials, singularities
+from .size import MAX_EXPANSION, expansion_size, tame
 
 __all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check"]
 
@@ -225,7 +226,7 @@ def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
             return 0
         sd = _sign(den, depth + 1)
         return None if sn is None or sd is None else sn * sd
-    if isinstance(e, sympy.Add):
+    if isinstance(e, sympy.Add) and expansion_size(e) <= MAX_EXPANSION:
         for rewrite in (sympy.factor, sympy.expand):
             try:
                 g = rewrite(e)
@@ -342,7 +343,8 @@ def _bounds(expr: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None,
             and -1 - 1e-12 <= sampled[0] and sampled[1] <= 1 + 1e-12):
         num, den = sympy.fraction(sympy.together(e))
         gap = den**2 - num**2
-        if sympy.count_ops(gap) <= _SIZE_LIMIT and _sign(sympy.expand(gap)) == 1:
+        if (sympy.count_ops(gap) <= _SIZE_LIMIT and expansion_size(gap) <= MAX_EXPANSION
+                and _sign(sympy.expand(gap)) == 1):
             lower = sympy.Integer(-1) if lower is None else lower
             upper = sympy.Integer(1) if upper is None else upper
     return lower, upper, sampled
@@ -364,10 +366,25 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
         raise MetricError(f"check() needs a formula over TP, FP, FN, TN only; give values to "
                           f"{', '.join(sorted(extra))}")
     with limit() as budget:  # proofs give up after PROOF_SECONDS; verdicts fall back to samples
-        gradient = partials(expr) if gradient is None else gradient
-        undefined, rough = singularities(expr)
-        lower, upper, sampled = _bounds(expr)
-        monotonicity = _monotonicity(gradient)
-        moves = _moves(gradient)
-    return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled,
-                       higher_is_better, budget.exhausted, moves)
+        try:  # in a worker that is stopped if one SymPy call runs away
+            found = bounded(_findings, expr, gradient, inline=tame(expr))
+        except BudgetExceeded:
+            try:  # no proofs at all: sampled verdicts only
+                found = bounded(_sampled_findings, expr, gradient, seconds=2 * PROOF_SECONDS)
+            except BudgetExceeded as e:
+                raise MetricError(f"check() could not analyse this formula: {e} "
+                                  "(loss(..., warn_monotonicity=False) skips check())") from None
+    return CheckReport(expr, *found[:6], higher_is_better, budget.exhausted, found[6])
+
+
+def _findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple[Any, ...]:
+    """``(undefined, rough, monotonicity, lower, upper, sampled, moves)`` under the current limit."""
+    gradient = partials(expr) if gradient is None else gradient
+    undefined, rough = singularities(expr)
+    lower, upper, sampled = _bounds(expr)
+    return undefined, rough, _monotonicity(gradient), lower, upper, sampled, _moves(gradient)
+
+
+def _sampled_findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple[Any, ...]:
+    with limit(0.0):  # every proof gives up at once
+        return _findings(expr, gradient)

@@ -28,7 +28,8 @@ from typing import Any
 import sympy
 
 from ..language.symbols import COUNTS, TO_POSITIVE
-from .budget import evaluate, evaluator, float_evaluator
+from .budget import BudgetExceeded, bounded, evaluate, evaluator, float_evaluator
+from .size import tame
 
 __all__ = ["domain_problem"]
 
@@ -75,7 +76,20 @@ def domain_problem(expr: sympy.Expr) -> str | None:
 
     ``log`` of 0 and ``0`` to a negative power are left to the zero-division
     guard (``docs/numerics.md``); only negative bases and log arguments count.
+    SymPy's sign proofs run in a worker (:func:`metricc.analysis.budget.bounded`,
+    :data:`DOMAIN_SECONDS`); past it every piece is decided by the sample points alone.
     """
+    try:
+        return bounded(_problem, expr, True, seconds=DOMAIN_SECONDS, inline=tame(expr))  # type: ignore[no-any-return]
+    except BudgetExceeded:
+        return _problem(expr, False)
+
+
+#: CPU seconds for SymPy's proofs that the bases are nonnegative.
+DOMAIN_SECONDS = 1.0
+
+
+def _problem(expr: sympy.Expr, prove: bool) -> str | None:
     for node in sympy.preorder_traversal(expr):
         if isinstance(node, sympy.Pow) and not node.exp.is_integer:
             base = node.base
@@ -85,7 +99,7 @@ def domain_problem(expr: sympy.Expr) -> str | None:
             continue
         if not base.free_symbols & set(COUNTS.values()):
             continue
-        if base.xreplace(TO_POSITIVE).is_nonnegative:
+        if prove and base.xreplace(TO_POSITIVE).is_nonnegative:
             continue
         point = _negative_at(base)
         if point is not None:

@@ -36,6 +36,10 @@ MAX_ARGS = 6
 #: substituted: min(mcc, f1, g_mean, cohen_kappa) is about 300 and takes 6 s
 #: through compile, check, loss and verify; six named metrics took 12 s.
 MAX_MINMAX_WORK = 400
+#: Largest factors * operations of one product once bindings are substituted: its
+#: derivative has one copy of the product per factor (a 20-line chain `a_i = a_(i-1) * (TP+i)/(n+i)`,
+#: 12,500, took 10 s in compile + check + loss + verify; 100 lines did not finish).
+MAX_PRODUCT_WORK = 6_000
 
 
 #: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308).
@@ -142,6 +146,11 @@ def check_size(expr: sympy.Expr, what: str = "formula") -> None:
                     f"{memo[key][0]} operations in all is too large to analyse (its "
                     "derivative compares each argument with the others); use fewer or "
                     "simpler arguments")
+            if e.is_Mul and len(e.args) * memo[key][0] > MAX_PRODUCT_WORK:
+                raise MetricError(
+                    f"{what}: a product of {len(e.args)} factors of {memo[key][0]} operations in "
+                    "all is too large to differentiate (its derivative has a copy of the product "
+                    "per factor); use fewer factors, or take logs")
         return memo[key]
 
     n, depth = size(expr)
