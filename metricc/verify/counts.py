@@ -193,8 +193,11 @@ def _host_twin_check(metric: CountsSubject, report: VerificationReport, seed: in
             finite = all(math.isfinite(v) for v in want)
             # The same operations in IEEE double; a power or exp may round differently in
             # the last bit, which cancellation in a kernel can carry up to the output's
-            # small terms: so 1e-12 relative, or of the largest output.
-            tol = 1e-12 * max([abs(v) for v in want if math.isfinite(v)] + [1e-300])
+            # small terms: so 1e-12 relative, or of the largest output, or of 1/n (the size
+            # of a partial of a metric of order 1: near a root, e.g. mcc - cohen_kappa, every
+            # output is cancellation noise of that size).
+            scale = [abs(v) for v in want if math.isfinite(v)] + [1 / max(sum(counts), 1.0)]
+            tol = 1e-12 * max(scale)
             # A hand-over where torch is finite (Python raises on 1e300**2, torch gives inf
             # and then 0) only costs speed: the loss runs the tensor kernel there.
             handed_over += got is None and finite

@@ -14,7 +14,8 @@ from typing import Any
 
 import sympy
 
-from ..analysis.budget import evaluate, evaluator, spent
+from ..analysis.budget import BudgetExceeded, bounded, evaluate, evaluator, spent
+from ..analysis.size import small_enough, tame
 from ..language.functions import TORCH_CALLS, sympy_torch
 from ..language.symbols import TO_POSITIVE
 
@@ -161,16 +162,28 @@ def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
         # cancel/simplify rebuild min()/max() on every rewrite, comparing their arguments
         # pairwise: 77 s for min() of six fractions (simplify: 250 s for -(max(mcc, 6))).
         return True, f"{sampled} (no proof attempted: min/max)", None
+    together = sympy.together(diff)
+    if not small_enough(together):  # cancel would expand a huge polynomial first
+        return True, f"{sampled} (no proof attempted: too large to expand)", None
     proofs = [sympy.cancel] + ([sympy.simplify] if ops <= 300 else [])
     for proof in proofs:
         if spent():
             return True, f"{sampled} (proof stopped at the time budget)", None
         try:
-            if proof(sympy.together(diff)) == 0:
+            # In the analysis worker: one cancel() can run for minutes and is not interruptible.
+            if bounded(proves_zero, proof, together, inline=tame(together)):
                 return True, f"proved equal ({proof.__name__})", None
-        except (sympy.PolynomialError, TypeError, ValueError, NotImplementedError):
-            pass
+        except BudgetExceeded:
+            return True, f"{sampled} (proof stopped at the time budget)", None
     return True, f"{sampled} (no closed-form proof found)", None
+
+
+def proves_zero(proof: Any, expr: sympy.Expr) -> bool:
+    """Whether ``proof(expr)`` (``cancel``, ``simplify``) gives 0; False where SymPy gives up."""
+    try:
+        return bool(proof(expr) == 0)
+    except (sympy.PolynomialError, TypeError, ValueError, NotImplementedError):
+        return False
 
 
 def equal_at_points(a: sympy.Expr, b: sympy.Expr, seed: int, prove: bool, points: int = 8
