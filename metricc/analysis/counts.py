@@ -278,100 +278,111 @@ def _zero_set_inside(f: sympy.Expr, g: sympy.Expr) -> bool:
         return False
 
 
-def singularities(expr: sympy.Expr, explain: bool = True
-                   ) -> tuple[tuple[Singularity, ...], tuple[Singularity, ...]]:
-    """(undefined, not differentiable) pieces of ``expr`` over nonnegative counts.
+def _zero_factors(d: sympy.Expr) -> list[sympy.Expr]:
+    """The factors of ``d`` that can vanish for nonnegative counts.
 
-    ``explain`` tells 0/0 from x/0 for each denominator (a few substitutions more).
+    A factor of the numerator that vanishes only where ``d``'s own denominator
+    does (``TP + n`` in ``TP/n + 1``) is left out: that set is reported as a
+    division by zero already.
     """
-    undefined: list[Singularity] = []
-    rough: list[Singularity] = []
+    num, den = sympy.fraction(sympy.together(d))
+    try:
+        factors = [f for f, _ in sympy.factor_list(num)[1]] if small_enough(num) and not spent() else [num]
+    except sympy.PolynomialError:  # roots/logs inside: keep it whole
+        factors = [num]
+    if len(factors) == 1:
+        factors = [d if den == 1 else num]
+    return [f for f in factors if _count_symbols(f)
+            and not (_nonneg(f).is_positive or _nonneg(f).is_negative)
+            and (den == 1 or not _zero_set_inside(f, den))]
 
-    def nonneg(e: sympy.Expr) -> sympy.Expr:
-        return e.xreplace(TO_NONNEGATIVE)
 
-    def zero_factors(d: sympy.Expr) -> list[sympy.Expr]:
-        """The factors of ``d`` that can vanish for nonnegative counts.
+def _nonneg(e: sympy.Expr) -> sympy.Expr:
+    return e.xreplace(TO_NONNEGATIVE)
 
-        A factor of the numerator that vanishes only where ``d``'s own denominator
-        does (``TP + n`` in ``TP/n + 1``) is left out: that set is reported as a
-        division by zero already.
-        """
-        num, den = sympy.fraction(sympy.together(d))
-        try:
-            factors = [f for f, _ in sympy.factor_list(num)[1]] if small_enough(num) and not spent() else [num]
-        except sympy.PolynomialError:  # roots/logs inside: keep it whole
-            factors = [num]
-        if len(factors) == 1:
-            factors = [d if den == 1 else num]
-        return [f for f in factors if _count_symbols(f)
-                and not (nonneg(f).is_positive or nonneg(f).is_negative)
-                and (den == 1 or not _zero_set_inside(f, den))]
 
-    seen: set[tuple[str, sympy.Expr]] = set()
+def _division(expr: sympy.Expr, f: sympy.Expr, power: sympy.Expr, explain: bool) -> str:
+    """0/0 or x/0 where the factor ``f`` of a denominator of ``expr`` (to ``power``) vanishes."""
+    if not explain or spent() or not _linear_positive(f):
+        return "division by zero"
+    # A positive combination of counts vanishes only where each of its counts is 0.
+    zero = {s: sympy.Integer(0) for s in _count_symbols(f)}
+    try:
+        rest = _positive((expr * f ** power).xreplace(zero))
+    except (ValueError, TypeError, ArithmeticError):  # e.g. Max(nan, ...) refuses to build
+        return "division by zero"
+    if rest.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo):
+        return "division by zero"
+    rest = sympy.together(rest)
+    if rest == 0:
+        return "0/0"
+    num = sympy.numer(rest).xreplace(FROM_POSITIVE)
+    if not num.free_symbols:
+        return "x/0"
+    return f"x/0; 0/0 where also {num} = 0"
 
-    def add(into: list[Singularity], s: Singularity) -> None:
+
+class _Pieces:
+    """The undefined and the not-differentiable pieces found so far, each once."""
+
+    def __init__(self) -> None:
+        self.undefined: list[Singularity] = []
+        self.rough: list[Singularity] = []
+        self.seen: set[tuple[str, sympy.Expr]] = set()
+
+    def add(self, into: list[Singularity], s: Singularity) -> None:
         # One expand per piece (comparing each new piece with all earlier ones was
         # quadratic: a min() of n arguments has n(n-1)/2 branch switches).
         big = spent() or expansion_size(s.expr) > MAX_EXPANSION
         key = (s.relation, s.expr if big else sympy.expand(s.expr))
-        if key not in seen:
-            seen.add(key)
+        if key not in self.seen:
+            self.seen.add(key)
             into.append(s)
 
-    def division(f: sympy.Expr, power: sympy.Expr) -> str:
-        """0/0 or x/0 where the factor ``f`` of a denominator (to ``power``) vanishes."""
-        if not explain or spent() or not _linear_positive(f):
-            return "division by zero"
-        # A positive combination of counts vanishes only where each of its counts is 0.
-        zero = {s: sympy.Integer(0) for s in _count_symbols(f)}
-        try:
-            rest = _positive((expr * f ** power).xreplace(zero))
-        except (ValueError, TypeError, ArithmeticError):  # e.g. Max(nan, ...) refuses to build
-            return "division by zero"
-        if rest.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo):
-            return "division by zero"
-        rest = sympy.together(rest)
-        if rest == 0:
-            return "0/0"
-        num = sympy.numer(rest).xreplace(FROM_POSITIVE)
-        if not num.free_symbols:
-            return "x/0"
-        return f"x/0; 0/0 where also {num} = 0"
 
+def _node_pieces(node: sympy.Expr, expr: sympy.Expr, explain: bool, out: _Pieces) -> None:
+    """What one node of ``expr`` adds: a power, log, abs or min/max over the counts."""
+    if isinstance(node, sympy.Pow) and node.exp.is_number and _count_symbols(node.base):
+        base, exp = node.base, node.exp
+        # Signs on positive counts: where a denominator inside vanishes is reported apart.
+        base_nonneg = bool(_positive(base).is_nonnegative)
+        if not exp.is_integer and not base_nonneg:
+            out.add(out.undefined, Singularity(base, "< 0", UNDEFINED, "fractional power of a negative number"))
+        if exp.is_negative:
+            for f in _zero_factors(base):
+                out.add(out.undefined, Singularity(f, "= 0", UNDEFINED, _division(expr, f, -exp, explain)))
+        elif not exp.is_integer and exp < 1:
+            for f in _zero_factors(base):
+                out.add(out.rough, Singularity(f, "= 0", NOT_DIFFERENTIABLE,
+                                               f"power {exp} at 0 has an infinite slope"))
+    elif isinstance(node, sympy.log) and _count_symbols(node.args[0]):
+        arg = node.args[0]
+        if _positive(arg).is_nonnegative:
+            for f in _zero_factors(arg):
+                out.add(out.undefined, Singularity(f, "= 0", UNDEFINED, "log of 0"))
+        else:
+            out.add(out.undefined, Singularity(arg, "<= 0", UNDEFINED, "log of a number <= 0"))
+    elif isinstance(node, sympy.Abs) and _count_symbols(node.args[0]):
+        arg = node.args[0]
+        if not (_nonneg(arg).is_positive or _nonneg(arg).is_negative):
+            out.add(out.rough, Singularity(arg, "= 0", NOT_DIFFERENTIABLE, "|x| has a kink at 0"))
+    elif isinstance(node, (sympy.Min, sympy.Max)):
+        args = list(node.args)
+        for i, a in enumerate(args):
+            for b in args[i + 1:]:
+                if _count_symbols(a - b):
+                    out.add(out.rough, Singularity(a - b, "= 0", NOT_DIFFERENTIABLE,
+                                                   f"{type(node).__name__.lower()} switches branch",
+                                                   text=f"{a} = {b}"))
+
+
+def singularities(expr: sympy.Expr, explain: bool = True
+                  ) -> tuple[tuple[Singularity, ...], tuple[Singularity, ...]]:
+    """(undefined, not differentiable) pieces of ``expr`` over nonnegative counts.
+
+    ``explain`` tells 0/0 from x/0 for each denominator (a few substitutions more).
+    """
+    pieces = _Pieces()
     for node in sympy.preorder_traversal(expr):
-        if isinstance(node, sympy.Pow) and node.exp.is_number and _count_symbols(node.base):
-            base, exp = node.base, node.exp
-            # Signs on positive counts: where a denominator inside vanishes is reported apart.
-            base_nonneg = bool(_positive(base).is_nonnegative)
-            if not exp.is_integer and not base_nonneg:
-                add(undefined, Singularity(base, "< 0", UNDEFINED,
-                                           "fractional power of a negative number"))
-            if exp.is_negative:
-                for f in zero_factors(base):
-                    add(undefined, Singularity(f, "= 0", UNDEFINED, division(f, -exp)))
-            elif not exp.is_integer and exp < 1:
-                for f in zero_factors(base):
-                    add(rough, Singularity(f, "= 0", NOT_DIFFERENTIABLE,
-                                           f"power {exp} at 0 has an infinite slope"))
-        elif isinstance(node, sympy.log) and _count_symbols(node.args[0]):
-            arg = node.args[0]
-            if _positive(arg).is_nonnegative:
-                for f in zero_factors(arg):
-                    add(undefined, Singularity(f, "= 0", UNDEFINED, "log of 0"))
-            else:
-                add(undefined, Singularity(arg, "<= 0", UNDEFINED,
-                                           "log of a number <= 0"))
-        elif isinstance(node, sympy.Abs) and _count_symbols(node.args[0]):
-            arg = node.args[0]
-            if not (nonneg(arg).is_positive or nonneg(arg).is_negative):
-                add(rough, Singularity(arg, "= 0", NOT_DIFFERENTIABLE, "|x| has a kink at 0"))
-        elif isinstance(node, (sympy.Min, sympy.Max)):
-            args = list(node.args)
-            for i, a in enumerate(args):
-                for b in args[i + 1:]:
-                    if _count_symbols(a - b):
-                        add(rough, Singularity(a - b, "= 0", NOT_DIFFERENTIABLE,
-                                               f"{type(node).__name__.lower()} switches branch",
-                                               text=f"{a} = {b}"))
-    return tuple(undefined), tuple(rough)
+        _node_pieces(node, expr, explain, pieces)
+    return tuple(pieces.undefined), tuple(pieces.rough)
