@@ -27,7 +27,8 @@ KAPPA = "1 - n * sum(i, j, W[i,j] * C[i,j]) / sum(i, j, W[i,j] * row(i) * col(j)
 def test_extreme_constants_verify(formula: str, params: dict[str, float]) -> None:
     report = metricc.compile(formula, **params).verify()
     assert report.ok
-    assert sum("finite differences" in c.name for c in report.checks) == 2 * len(RELAXATIONS)  # each relaxation, both backward modes
+    # each relaxation, in both backward modes
+    assert sum("finite differences" in c.name for c in report.checks) == 2 * len(RELAXATIONS)
 
 
 def test_kxk_weight_with_huge_integers_verifies() -> None:
