@@ -14,11 +14,11 @@ from functools import lru_cache
 from typing import Any
 
 from .analysis.statistics import analysis_errors, statistic_of
+from .curve_metric import CurveMetric
 from .errors import MetricError, MissingParameterError, suggest_all
 from .facade import Metric
 from .language.parse import Formula, check_single_identifier, known_names, parse
 from .library import lookup
-from .curve_metric import CurveMetric
 from .matrix_metric import MatrixMetric
 from .runtime.options import check_flag
 
