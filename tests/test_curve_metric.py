@@ -76,7 +76,7 @@ def test_gradient_and_undefined_are_the_local_forms() -> None:
     m = metricc.compile("auroc")
     g = m.gradient
     assert g["dh/dr0"] == 1 and isinstance(g["r0"], CurveReduction)
-    TP, FN, eps = sympy.symbols("TP FN eps")
+    TP, FN = sympy.symbols("TP FN")
     # d/dTP (with FN = P - TP) of the local trapezoid, by SymPy directly
     term = g["r0: term"]
     want = sympy.diff(term, TP) - sympy.diff(term, FN)

@@ -23,19 +23,8 @@ import torch
 
 from ..errors import MetricError, MetricWarning
 
-__all__ = [
-    "BinnedCounts",
-    "ExactCurve",
-    "OperatingPoint",
-    "auroc",
-    "average_precision",
-    "best_value",
-    "binned_counts",
-    "column_average",
-    "exact_curve",
-    "partial_auroc",
-    "value_at",
-]
+__all__ = ["BinnedCounts", "ExactCurve", "OperatingPoint", "auroc", "average_precision", "best_value",
+           "binned_counts", "column_average", "exact_curve", "partial_auroc", "value_at"]
 
 CountFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]
 AVERAGES = ("macro", "weighted", "micro", None)
