@@ -167,9 +167,27 @@ def _counts_grad(m: Any, latex: bool) -> int:
     return EXIT_OK
 
 
+def _curve_grad(m: Any, latex: bool) -> int:
+    import sympy
+
+    rows = [("f", m.expr), *m.gradient.items()]
+    if latex:
+        for label, e in rows:
+            print(f"{label} = {sympy.latex(e)}")
+        return EXIT_OK
+    width = max(len(label) for label, _ in rows)
+    for label, e in rows:
+        print(f"{label.ljust(width)} = {e}")
+    print("(the local forms, symbolic in the number of thresholds T: f = h(r0, r1, ...) over the "
+          "reductions r_j; dV/dTP_k = sum_j dh/dr_j (dterm/dTP_k at k + dterm/dTP_k+1 at k - 1) for "
+          "area/steps, TP1 FP1 ... being the counts at k + 1; docs/curve.md)")
+    return EXIT_OK
+
+
 #: How ``metricc grad`` prints each statistic's derivatives (keys of ``STATISTICS``).
 GRAD_PRINTERS: dict[str, Callable[[Any, bool], int]] = {"counts": _counts_grad,
-                                                         "matrix": _matrix_grad}
+                                                         "matrix": _matrix_grad,
+                                                         "curve": _curve_grad}
 
 
 def cmd_grad(args: argparse.Namespace) -> int:
@@ -178,10 +196,10 @@ def cmd_grad(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .library import MATRIX_METRICS, METRICS
+    from .library import CURVE_METRICS, MATRIX_METRICS, METRICS
 
     rows = [("name", "better", "aliases", "formula")]
-    for m in [*METRICS.values(), *MATRIX_METRICS.values()]:
+    for m in [*METRICS.values(), *MATRIX_METRICS.values(), *CURVE_METRICS.values()]:
         formula = "; ".join(line.split("#")[0].strip() for line in m.formula.splitlines())
         if m.params:
             formula += "   [" + ", ".join(

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from .analysis.statistics import analysis_errors, statistic_of
+from .curve_metric import CurveMetric
 from .errors import MetricError, MissingParameterError, suggest_all
 from .facade import Metric
 from .language.parse import Formula, check_single_identifier, known_names, parse
@@ -24,7 +25,7 @@ from .runtime.options import check_flag
 __all__ = ["FACADES", "Metric", "compile"]
 
 #: The facade class of each statistic (``metricc.analysis.statistics.STATISTICS``).
-FACADES: dict[str, type[Metric]] = {"counts": Metric, "matrix": MatrixMetric}
+FACADES: dict[str, type[Metric]] = {"counts": Metric, "matrix": MatrixMetric, "curve": CurveMetric}
 
 
 def compile(formula: str, *, higher_is_better: bool | None = None,
@@ -145,7 +146,7 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
     with analysis_errors(formula):
         parsed = parse(formula)
         given = {**parsed.defaults, **params}
-        known = (*parsed.parameters, *parsed.matrix_parameters)
+        known = (*parsed.parameters, *getattr(parsed, "matrix_parameters", ()))
         extra = [k for k in params if k not in known]
         if extra:
             hint = suggest_all(extra, list(known))
@@ -171,10 +172,13 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
             name = formula.strip()
         statistic = statistic_of(parsed)
         if statistic.name != "counts" and constraints:
+            kind = "a K x K" if statistic.name == "matrix" else "a curve"
+            hint = "" if statistic.name == "matrix" else (
+                "; write the bound into best(): best(recall, precision >= 0.9)")
             raise MetricError("constraints apply to 2 x 2 metrics for now; "
-                              f"{formula.strip()!r} is a K x K metric")
+                              f"{formula.strip()!r} is {kind} metric{hint}")
         built: tuple[Any, ...] = ()
-        if parsed.constraints or constraints:
+        if getattr(parsed, "constraints", ()) or constraints:
             from .constraints import build_constraints
 
             built = build_constraints(parsed, constraints, _constraint_metric)

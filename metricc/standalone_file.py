@@ -86,6 +86,29 @@ def _matrix_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
     return doc + _usage(name, chosen, "scores", "class_indices  # (N, K, *) and (N, *)")
 
 
+def _curve_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
+    report = metric.check()
+    doc = _header(metric, name, "threshold-free (ROC/PR curve) metric")
+    if metric.parameters:
+        doc += ["Parameters: " + ", ".join(f"{k} = {v!r}" for k, v in
+                                          sorted(metric.parameters.items())), ""]
+    doc += [f"Metric: {metric.expr_text}",
+            f"Direction: {_direction(metric)}.",
+            "The soft curve: a histogram of the scores on a grid of thresholds (bins, width, space,",
+            "clip); the backward runs the generated gradient d value / d TP_k, d value / d FP_k.",
+            "Along the moves a batch allows: " + ", ".join(f"{k} {d}" for k, d in report.moves.items())
+            + " (sampled).",
+            *_undefined_curve(report)]
+    return doc + _usage(name, chosen, "scores", "targets")
+
+
+def _undefined_curve(report: Any) -> list[str]:
+    if not report.undefined:
+        return []
+    return ["Undefined where: " + "; ".join(sorted(f"{e} = 0 ({where})" for where, e in report.undefined))
+            + ";", "the loss adds eps to every denominator, root and log argument there."]
+
+
 def _usage(name: str, chosen: dict[str, Any], inputs: str, targets: str) -> list[str]:
     shown = ", ".join(f"{k}={literal(v)}" for k, v in chosen.items())
     return ["", "Usage::", "",
@@ -96,7 +119,7 @@ def _usage(name: str, chosen: dict[str, Any], inputs: str, targets: str) -> list
 
 #: The module docstring of each statistic's standalone file.
 DOCS: dict[str, Callable[[Any, str, dict[str, Any]], list[str]]] = {
-    "counts": _counts_doc, "matrix": _matrix_doc}
+    "counts": _counts_doc, "matrix": _matrix_doc, "curve": _curve_doc}
 
 
 def standalone_source(metric: Metric, class_name: str | None = None,

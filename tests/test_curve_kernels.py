@@ -4,9 +4,7 @@ the grid refines, and torch.compile without graph breaks."""
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -15,11 +13,11 @@ import sympy
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from metricc.analysis.counts import guard
 from metricc.analysis.curve import DEFAULT_TAU, DEFAULT_TAU_GATE, curve_undefined_where
 from metricc.emit.curve import emit_curve_kernels
-from metricc.language.curve import Area, AreaWithin, Best, BestWhere, CurveFormula, Steps, reductions
+from metricc.language.curve import CurveFormula
 from metricc.language.parse import parse
+from metricc.verify.curve import prove_gradient
 
 EPS, TAU, TAU_G = 1e-6, 0.05, 0.01
 F64 = torch.float64
@@ -154,89 +152,6 @@ def test_defaults_and_where_undefined() -> None:
 
 # --- the gradient formula, proved against plain SymPy for T = 3 and 4 ----------------------------
 
-def _vectorised(fn: Callable[[sympy.Expr], sympy.Expr]) -> Callable[[Any], Any]:
-    return np.vectorize(fn, otypes=[object])
-
-
-def _sympy_torch() -> SimpleNamespace:
-    """The torch calls the kernels make, on numpy arrays of SymPy expressions."""
-
-    def softmax(a: np.ndarray, dim: int) -> np.ndarray:
-        e = _vectorised(sympy.exp)(a)
-        return e / e.sum(axis=dim, keepdims=True)
-
-    def pad(x: np.ndarray, widths: tuple[int, int]) -> np.ndarray:
-        zeros = [np.full((*x.shape[:-1], w), sympy.S.Zero, dtype=object) for w in widths]
-        return np.concatenate([zeros[0], x, zeros[1]], axis=-1)
-
-    def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:
-        if min is not None:
-            x = _vectorised(lambda e: sympy.Max(e, sympy.nsimplify(min)))(x)
-        if max is not None:
-            x = _vectorised(lambda e: sympy.Min(e, sympy.nsimplify(max)))(x)
-        return x
-
-    sigmoid = _vectorised(lambda z: 1 / (1 + sympy.exp(-z)))
-    functional = SimpleNamespace(pad=pad, logsigmoid=_vectorised(lambda z: -sympy.log(1 + sympy.exp(-z))))
-    return SimpleNamespace(
-        sum=lambda x, dim: np.sum(x, axis=dim), softmax=softmax, sigmoid=sigmoid, clamp=clamp,
-        zeros_like=lambda x: np.full(np.shape(x), sympy.S.Zero, dtype=object), sign=_vectorised(sympy.sign),
-        sqrt=_vectorised(sympy.sqrt), log=_vectorised(sympy.log), exp=_vectorised(sympy.exp),
-        nn=SimpleNamespace(functional=functional))
-
-
-class _ExactNumbers(ast.NodeTransformer):
-    """Number literals as SymPy numbers, so ``1/2`` in generated code is exactly 1/2."""
-
-    def visit_Constant(self, node: ast.Constant) -> ast.AST:
-        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
-            return node
-        kind = "Integer" if isinstance(node.value, int) else "Rational"
-        value = node.value if kind == "Integer" else repr(node.value)
-        call = ast.Call(ast.Name(f"_{kind}", ast.Load()), [ast.Constant(value)], [])
-        return ast.copy_location(call, node)
-
-
-def _run_symbolically(source: str, *args: Any) -> tuple[Any, ...]:
-    tree = ast.fix_missing_locations(_ExactNumbers().visit(ast.parse(source)))
-    namespace: dict[str, Any] = {"torch": _sympy_torch(), "_Integer": sympy.Integer, "_Rational": sympy.Rational}
-    exec(compile(tree, "<curve kernel>", "exec"), namespace)
-    return namespace["curve_and_gradient"](*args)  # type: ignore[no-any-return]
-
-
-def _expanded(expr: sympy.Expr, T: int, tp: list[sympy.Symbol], fp: list[sympy.Symbol], P: sympy.Symbol,
-              N: sympy.Symbol, eps: sympy.Symbol, tau: sympy.Symbol, tau_g: sympy.Symbol) -> sympy.Expr:
-    """The guarded metric as one plain SymPy expression over TP_0..TP_{T-1}, FP_0..."""
-    c = sympy.symbols("TP FP FN TN")
-
-    def at(e: sympy.Expr, k: int) -> sympy.Expr:
-        return guard(e, eps).xreplace(dict(zip(c, (tp[k], fp[k], P - tp[k], N - fp[k]), strict=True)))
-
-    values = {}
-    for node in reductions(expr):
-        if isinstance(node, (Best, BestWhere)):
-            f = [at(node.args[0], k) for k in range(T)]
-            gate = [sympy.S.One if isinstance(node, Best) else 1 / (1 + sympy.exp(-at(node.args[1], k) / tau_g))
-                    for k in range(T)]
-            w = [gate[k] * sympy.exp(f[k] / tau) for k in range(T)]
-            values[node] = sum(w[k] * f[k] for k in range(T)) / sum(w)
-            continue
-        y, x = node.args[:2]
-        xs = [at(x, k) for k in range(T)]
-        if isinstance(node, AreaWithin):
-            xs = [sympy.Min(sympy.Max(v, node.args[2]), node.args[3]) for v in xs]
-        ys = [at(y, k) for k in range(T)]
-        if isinstance(node, Area | AreaWithin):
-            values[node] = sum((xs[k] - xs[k + 1]) * (ys[k] + ys[k + 1]) / 2 for k in range(T - 1))
-        else:
-            assert isinstance(node, Steps)
-            values[node] = sum((xs[k] - xs[k + 1]) * ys[k] for k in range(T - 1))
-    outer = expr.xreplace(values)
-    # the outer guard of the kernel: 1/ap -> ap/(ap^2 + eps^2), /n -> /(n + eps)
-    return outer.replace(lambda e: isinstance(e, sympy.Pow) and e.exp == -1 and e.base.has(P),
-                         lambda e: 1 / (e.base + eps)) if expr.has(sympy.Symbol("P")) else outer
-
-
 @pytest.mark.parametrize("T", [3, 4])
 @pytest.mark.parametrize("name", ["auroc", "average_precision", "partial_auroc", "best_f1", "recall_at_precision"])
 def test_gradient_formula_equals_plain_sympy_differentiation(name: str, T: int) -> None:
@@ -245,30 +160,9 @@ def test_gradient_formula_equals_plain_sympy_differentiation(name: str, T: int) 
     maximum) at exact rational points, to 40 digits."""
     text, values = FORMULAS[name]
     expr = _formula(text, **values)
-    tp, fp = list(sympy.symbols(f"TP_0:{T}")), list(sympy.symbols(f"FP_0:{T}"))
-    P, N, eps, tau, tau_g = sympy.symbols("P N eps tau tau_g")
-    obj = lambda xs: np.array([xs], dtype=object)  # noqa: E731  (a batch of one: numpy keeps 0-d results arrays)
-    value, dtp, dfp = _run_symbolically(emit_curve_kernels(expr), obj(tp), obj(fp), obj(P), obj(N), eps, tau, tau_g)
-    value, dtp, dfp = value[0], dtp[0], dfp[0]
-    want = _expanded(expr, T, tp, fp, P, N, eps, tau, tau_g)
-    pairs = [(value, want)]
-    pairs += [(dtp[k], sympy.diff(want, tp[k])) for k in range(T)]
-    pairs += [(dfp[k], sympy.diff(want, fp[k])) for k in range(T)]
-    rng = np.random.default_rng(T)
-    rational = name in ("auroc", "average_precision")
-    for got, ref in pairs:
-        if rational:
-            assert sympy.cancel(sympy.together(got - ref)) == 0
-        for _ in range(2):
-            # generic points (no count 0, no cut at lo or hi): kinks have more than one subgradient
-            tps = sorted(rng.integers(1, 40, T), reverse=True)
-            fps = sorted(rng.integers(1, 90, T), reverse=True)
-            point = {P: 41, N: 97, eps: sympy.Rational(1, 1000), tau: sympy.Rational(1, 20),
-                     tau_g: sympy.Rational(1, 50),
-                     **{s: sympy.Integer(v) for s, v in zip(tp, tps, strict=True)},
-                     **{s: sympy.Integer(v) for s, v in zip(fp, fps, strict=True)}}
-            diff = (got - ref).xreplace(point)
-            assert abs(sympy.N(diff, 50)) < sympy.Float("1e-40"), (got, ref)
+    ok, how = prove_gradient(expr, emit_curve_kernels(expr), T)
+    assert ok, how
+    assert ("cancel" in how) == (name in ("auroc", "average_precision"))
 
 
 # --- convergence and compilation ------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The statistic seam: what a metric is computed from, described once per statistic.
 
 A *statistic* is what the generated kernels take: the 2x2 confusion counts
-(``counts``) or the whole K x K matrix (``matrix``); the ROC/PR curve comes next.
+(``counts``), the whole K x K matrix (``matrix``) or the 2x2 counts at every threshold of
+the ROC/PR curve (``curve``).
 :data:`STATISTICS` registers one :class:`Statistic` per statistic; a parsed formula
 names its statistic (``Formula.statistic``) and every stage that differs by
 statistic looks the description up here, or keys its own small registry by
@@ -27,7 +28,7 @@ import sympy
 
 from ..errors import MetricError
 from ..language.symbols import COUNTS, DERIVED, TO_NONNEGATIVE
-from . import counts, matrix
+from . import counts, curve, matrix
 
 __all__ = ["STATISTICS", "Statistic", "analysis_errors", "as_rational", "check_counts_expr", "resolve",
            "statistic_of", "training_warning"]
@@ -65,6 +66,19 @@ def _counts_nonnegative(e: sympy.Expr) -> bool:
     return bool(e.xreplace(TO_NONNEGATIVE).is_nonnegative)
 
 
+def _curve_nonnegative(e: sympy.Expr) -> bool:
+    # a reduction's sign depends on its local formulas: only plain totals are known >= 0
+    return bool(e.xreplace({s: sympy.Symbol(s.name, nonnegative=True) for s in e.free_symbols}
+                           ).is_nonnegative) and not e.has(sympy.Function)
+
+
+def _curve_partials(e: sympy.Expr) -> dict[str, sympy.Expr]:
+    """The curve's local forms: ``dh/dr_j`` of the outer expression per reduction ``r_j``
+    (each reduction's own partials are in :func:`metricc.analysis.curve.local_form`)."""
+    form = curve.outer_form(e)
+    return {f"d/d{node}": d for node, d in zip(form.nodes, form.partials, strict=True)}
+
+
 STATISTICS: dict[str, Statistic] = {
     "counts": Statistic(
         name="counts", symbols=(*COUNTS, *DERIVED), is_nonnegative=_counts_nonnegative,
@@ -82,6 +96,14 @@ STATISTICS: dict[str, Statistic] = {
         kernel_helpers=("mx_size", "mx_index", "mx_entry", "mx_sum", "mx_delta", "mx_present",
                         "mx_rows", "mx_matrices"),
         unnamed_loss="CustomMatrixMetricLoss"),
+    "curve": Statistic(
+        name="curve", symbols=("area", "steps", "best", "P", "N", "n"),
+        is_nonnegative=_curve_nonnegative, differentiate=_curve_partials,
+        guard=lambda e: curve.outer_form(e).value,
+        kernel_names=("curve_value", "curve_and_gradient"),
+        kernel_args=("TP", "FP", "P", "N", "eps", "tau", "tau_gate"),
+        loss_class="metricc.runtime.curve_loss.CurveLoss", kernel_helpers=(),
+        unnamed_loss="CustomCurveMetricLoss"),
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..analysis.statistics import Statistic, resolve
 from .counts import emit_kernels
+from .curve import emit_curve_kernels
 from .matrix import emit_matrix_kernels
 
 __all__ = ["KERNEL_EMITTERS", "build_loss_class", "loss_class_name", "loss_parameters",
@@ -22,6 +23,7 @@ __all__ = ["KERNEL_EMITTERS", "build_loss_class", "loss_class_name", "loss_param
 KERNEL_EMITTERS: dict[str, Any] = {
     "counts": lambda expr, matrix_parameters: emit_kernels(expr),
     "matrix": emit_matrix_kernels,
+    "curve": lambda expr, matrix_parameters: emit_curve_kernels(expr),
 }
 
 

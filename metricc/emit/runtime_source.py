@@ -37,6 +37,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.constrained",
         "metricc.runtime.matrix",
         "metricc.runtime.curve",
+        "metricc.runtime.curve_loss",
     ))
 #: Generated lines are wrapped to this width, so the file passes common line-length rules.
 WIDTH = 88

@@ -23,8 +23,8 @@ import torch
 
 from ..errors import MetricError, MetricWarning
 
-__all__ = ["BinnedCounts", "ExactCurve", "OperatingPoint", "auroc", "average_precision",
-           "best_value", "binned_counts", "exact_curve", "partial_auroc", "value_at"]
+__all__ = ["BinnedCounts", "ExactCurve", "OperatingPoint", "auroc", "average_precision", "best_value",
+           "binned_counts", "column_average", "exact_curve", "partial_auroc", "value_at"]
 
 CountFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]
 AVERAGES = ("macro", "weighted", "micro", None)
@@ -259,6 +259,19 @@ def _averaged(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float
     if average is None:
         return values
     return float(np.average(values, weights=support))
+
+
+def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
+                   target: Any, sample_weight: Any = None, *, average: str | None = "macro",
+                   what: str = "score") -> float | np.ndarray:
+    """``score(scores, labels, weights)`` of each column, averaged as scikit-learn averages
+    ``roc_auc_score`` and ``average_precision_score`` (binary ``(N,)``, multilabel ``(N, C)``,
+    multiclass one-vs-rest ``(N, C)`` with ``(N,)`` class indices); :func:`auroc` does the same.
+
+    >>> column_average(lambda s, y, w: float(y.mean()), [[0.2, 0.8], [0.6, 0.4]], [[1, 0], [1, 1]])
+    0.75
+    """
+    return _averaged(score, scores, target, sample_weight, average, what)
 
 
 def auroc(scores: Any, target: Any, sample_weight: Any = None, *, average: str | None = "macro",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import sympy
 
@@ -165,6 +165,10 @@ class CurveFormula:
     defaults: dict[str, Any] = field(default_factory=dict)
     #: Named metrics the formula uses (their parameter bounds apply).
     metrics: tuple[str, ...] = ()
+    #: The statistic it is over (``metricc.analysis.statistics.STATISTICS``).
+    statistic: ClassVar[str] = "curve"
+    #: A curve formula takes no ``subject to`` clause (the bound goes into ``best()``).
+    constraints: ClassVar[tuple[Any, ...]] = ()
 
 
 # --- resolution ----------------------------------------------------------------------------

@@ -1,0 +1,244 @@
+"""``metricc.compile`` for curve formulas: :class:`CurveMetric`, the facade's curve subclass.
+
+What the curve statistic changes in :class:`metricc.Metric`: the index-form expression over
+reductions (``area``, ``steps``, ``best``; ``docs/curve.md``), its gradient given as local
+forms, exact values on curve points (:mod:`metricc.evaluate.curve_formula`) and exact scores
+of scores and labels (one sort, ties as scikit-learn: :mod:`metricc.evaluate.curve`), the
+check report (:mod:`metricc.analysis.curve_check`), verification (:mod:`metricc.verify.curve`)
+and the loss (:class:`metricc.runtime.curve_loss.CurveLoss`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import sympy
+
+from .analysis.curve import DEFAULT_TAU, DEFAULT_TAU_GATE, PairTerm, curve_undefined_where, local_form, outer_form
+from .analysis.curve_check import CurveCheckReport, check
+from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational
+from .errors import MetricError
+from .facade import Metric
+from .language.curve import AreaWithin, CurveFormula
+
+if TYPE_CHECKING:
+    from .runtime.curve_loss import CurveLoss
+    from .verify.counts import VerificationReport
+
+__all__ = ["CurveCheckReport", "CurveMetric"]
+
+#: Loss options of the 2x2 and K x K losses that a curve loss has no use for, and why.
+_NOT_CURVE_OPTIONS = {
+    "amplifier": "the relaxation is the soft histogram: bins, width, space, clip",
+    "slope": "the relaxation is the soft histogram: bins, width, space, clip",
+    "temperature": "the relaxation is the soft histogram: bins, width, space, clip; best() "
+                   "has tau and tau_gate",
+    "multidim_average": "a curve pools every element of the batch",
+    "ignore_index": "drop those elements, or give them weight 0",
+    "backward": "the backward is always the symbolic one",
+}
+
+
+def _check_ranges(formula: CurveFormula, params: Mapping[str, Any], expr: sympy.Expr) -> None:
+    """``max_fpr`` in (0, 1]; any ``area(y, x, lo, hi)`` range non-empty."""
+    v = params.get("max_fpr")
+    if "max_fpr" in formula.parameters and v is not None and not (0 < float(v) <= 1):
+        raise MetricError(f"max_fpr must be in (0, 1] (the ROC area is taken over fpr in [0, max_fpr], "
+                          f"as scikit-learn's roc_auc_score(max_fpr=...)), got {v!r}")
+    for node in expr.atoms(AreaWithin):
+        lo, hi = node.args[2:]
+        if lo.is_number and hi.is_number and not bool(lo < hi):
+            raise MetricError(f"area(y, x, {lo}, {hi}): the range [lo, hi] is empty; write lo < hi")
+
+
+def _exact_value(expr: sympy.Expr, s: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> float:
+    """The formula on the exact curve of one column (every distinct score a threshold)."""
+    from .evaluate.curve import exact_curve
+    from .evaluate.curve_formula import evaluate_curve
+
+    c = exact_curve(s, y, w)
+    # exact_curve: descending thresholds; the formula's points ascend, then the top point
+    tp, fp = np.r_[c.tp[::-1], 0.0], np.r_[c.fp[::-1], 0.0]
+    value = float(evaluate_curve(expr, tp, fp, c.pos, c.neg))
+    if not np.isfinite(value):
+        raise MetricError(f"the metric is undefined on these labels (P = {c.pos:g}, N = {c.neg:g}): "
+                          "a curve needs positives and negatives")
+    return value
+
+
+class CurveMetric(Metric):
+    """A compiled curve metric: reductions over the 2x2 counts at every threshold.
+
+    >>> import metricc
+    >>> m = metricc.compile("auroc")
+    >>> m.expr_text
+    'area(TP/(FN + TP), FP/(FP + TN))'
+    >>> m.score([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+    0.75
+    """
+
+    statistic: ClassVar[Statistic] = STATISTICS["curve"]
+
+    def __init__(self, formula: CurveFormula, params: Mapping[str, Any], name: str | None,
+                 higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
+        self._init_common(formula, params, name, higher_is_better, constraints)
+        subs = {sympy.Symbol(k): as_rational(k, params[k]) for k in formula.parameters}
+        self._expr: sympy.Expr = formula.expr.xreplace(subs)
+        _check_ranges(formula, params, self._expr)
+        with analysis_errors(self.text):
+            self._outer = outer_form(self._expr)
+            self._locals = [local_form(node) for node in self._outer.nodes]
+
+    # --- symbolic --------------------------------------------------------------------------
+    @property
+    def expr(self) -> sympy.Expr:
+        """The metric in index form: an outer expression over reduction nodes, ``P``, ``N``."""
+        return self._expr
+
+    @property
+    def expr_text(self) -> str:
+        """The metric in the formula language (``area(y, x)`` with ``y, x`` over the counts)."""
+        return str(self._expr)
+
+    @property
+    def gradient(self) -> dict[str, sympy.Expr]:
+        """The gradient as local forms (symbolic in the number of thresholds ``T``).
+
+        For the metric ``h(r_0, r_1, ...)`` over reductions ``r_j``: ``dV/dr_j`` (``dh/dr{j}``),
+        and each reduction's local partials: for ``area``/``steps``, a sum over neighbouring
+        points of ``term(c_k, c_{k+1})``, ``d term/d TP_k`` (``r{j}: dterm/dTP_k``) and
+        ``d term/d TP_{k+1}`` (``TP1, FP1...`` are the counts at ``k + 1``), so
+        ``dr_j/dTP_k = dterm/dTP_k + dterm/dTP_{k+1}`` at ``k - 1``; for ``best``, the local
+        ``df/dTP`` of the smooth maximum (docs/curve.md). All eps-guarded, as the kernels.
+        """
+        out: dict[str, sympy.Expr] = {}
+        for j, (node, t) in enumerate(zip(self._outer.nodes, self._locals, strict=True)):
+            out[f"r{j}"] = node
+            out[f"dh/dr{j}"] = self._outer.partials[j]
+            if isinstance(t, PairTerm):
+                out.update({f"r{j}: term": t.term, f"r{j}: dterm/dTP_k": t.cur_tp,
+                            f"r{j}: dterm/dFP_k": t.cur_fp, f"r{j}: dterm/dTP_k+1": t.next_tp,
+                            f"r{j}: dterm/dFP_k+1": t.next_fp})
+            else:
+                out.update({f"r{j}: f": t.f, f"r{j}: df/dTP": t.f_tp, f"r{j}: df/dFP": t.f_fp})
+                if t.d is not None and t.d_tp is not None and t.d_fp is not None:
+                    out.update({f"r{j}: bound d": t.d, f"r{j}: dd/dTP": t.d_tp,
+                                f"r{j}: dd/dFP": t.d_fp})
+        return out
+
+    @property
+    def undefined(self) -> list[sympy.Expr]:
+        """Expressions whose vanishing (at some threshold, or outside) leaves the metric undefined."""
+        return [e for _, e in curve_undefined_where(self._expr)]
+
+    def loss_attributes(self) -> dict[str, Any]:
+        return {"__doc__": f"Loss for the curve metric {self.text.strip()!r} = {self.expr_text}."}
+
+    def _option_hint(self, key: str) -> str:
+        why = _NOT_CURVE_OPTIONS.get(key)
+        return f" (a curve loss has no {key}: {why})" if why else ""
+
+    # --- numeric ---------------------------------------------------------------------------
+    def value(self, tp: Any, fp: Any, P: Any, N: Any) -> Any:  # type: ignore[override]
+        """The exact metric of given curve points: ``tp[k], fp[k]`` ascending in threshold
+        (``k = 0``: everything positive, ``tp = P, fp = N``; last: the top point ``0, 0``), as
+        arrays ``(T,)`` (a float) or ``(..., T)`` with totals ``(...)`` (an array).
+
+        >>> import metricc
+        >>> metricc.compile("auroc").value([2, 2, 1, 1, 0], [2, 1, 1, 0, 0], 2, 2)
+        0.75
+        """
+        from .evaluate.curve_formula import evaluate_curve
+
+        arrays = [np.asarray(a, dtype=np.float64) for a in (tp, fp)]
+        if arrays[0].shape != arrays[1].shape or arrays[0].ndim < 1 or arrays[0].shape[-1] < 2:
+            raise MetricError(f"tp and fp must be curves of one shape (..., T) with T >= 2 points, got "
+                              f"{arrays[0].shape} and {arrays[1].shape}")
+        if not all(np.isfinite(a).all() and (a >= 0).all() for a in arrays):
+            raise MetricError("tp and fp hold finite counts >= 0")
+        out = evaluate_curve(self._expr, arrays[0], arrays[1], P, N)
+        if not np.isfinite(out).all():
+            raise MetricError("the metric is undefined on this curve (P or N is 0?); check the totals")
+        return float(out) if out.ndim == 0 else out
+
+    def score(self, preds: Any, target: Any, *, sample_weight: Any = None,  # type: ignore[override]
+              average: str | None = "macro", **unused: Any) -> float | np.ndarray:
+        """The exact metric of scores against labels: every distinct score a threshold.
+
+        ``preds`` ``(N,)`` and 0/1 ``target`` ``(N,)`` (binary); ``(N, C)`` both (multilabel);
+        ``(N, C)`` class probabilities and ``(N,)`` class indices (multiclass one-vs-rest).
+        ``average`` (``"macro"``, ``"weighted"`` by positives, ``"micro"`` pooling the columns,
+        ``None`` one per column) as scikit-learn's for AUROC and average precision, and the same
+        rule for any other formula. Equals ``roc_auc_score``, ``average_precision_score``
+        (``max_fpr=``), torchmetrics' fixed-precision/recall metrics, with ties.
+        """
+        from .evaluate.curve import column_average
+
+        if unused:
+            raise MetricError(f"score() of a curve metric takes no {', '.join(unused)} (it uses every "
+                              "threshold); options: sample_weight, average")
+        what = self.name or "the curve metric"
+        return column_average(lambda s, y, w: _exact_value(self._expr, s, y, w), preds, target,
+                              sample_weight, average=average, what=what)
+
+    def best_threshold(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Not applicable: a curve metric takes every threshold at once."""
+        raise MetricError("best_threshold applies to metrics at one threshold; a curve metric is over "
+                          "all of them (best(f) is the best value of f over thresholds)")
+
+    def metric(self, *, thresholds: Any = None, average: str | None = "macro",  # type: ignore[override]
+               mode: str = "binary", **kwargs: Any) -> Any:
+        """A ``torchmetrics.Metric`` of this curve formula, exact over batches and ranks
+        (``thresholds=T``: binned, ``O(T)`` state); see ``metricc.evaluate.curve_stateful``."""
+        try:
+            from .evaluate.curve_stateful import CurveStatefulMetric  # type: ignore[import-not-found]
+        except ImportError:
+            raise MetricError("metric() of curve metrics is not available yet in this build; use "
+                              "score() for exact values") from None
+        return CurveStatefulMetric(self._expr, dict(self.parameters), thresholds=thresholds,
+                                   average=average, mode=mode, **kwargs)
+
+    # --- analysis --------------------------------------------------------------------------
+    def check(self) -> CurveCheckReport:
+        """Where the metric is undefined, and which way it moves along the moves a batch allows
+        (sampled on random monotone curves; local formulas symbolically where SymPy can).
+
+        >>> import metricc
+        >>> metricc.compile("auroc").check().moves
+        {'FN->TP': 'increasing', 'TN->FP': 'decreasing'}
+        """
+        return super().check()  # type: ignore[return-value]
+
+    def _run_check(self) -> CurveCheckReport:
+        from .analysis.budget import limit
+
+        with limit(), analysis_errors(self.text):
+            return check(self._expr, self.loss_class.curve_and_gradient, curve_undefined_where(self._expr),
+                         self.higher_is_better, DEFAULT_TAU, DEFAULT_TAU_GATE)
+
+    def loss(self, relaxation: str | None = None, *, warn_monotonicity: bool = True,
+             **options: Any) -> CurveLoss:
+        """A ``torch.nn.Module``: ``1 - metric`` (or the metric, lower is better) on the soft
+        curve; options as in :class:`metricc.runtime.curve_loss.CurveLoss`.
+
+        >>> import torch, metricc
+        >>> loss = metricc.compile("auroc").loss(from_logits=True, bins=64)
+        >>> x = torch.randn(32, requires_grad=True)
+        >>> loss(x, (torch.arange(32) % 2).float()).backward()
+        """
+        return super().loss(relaxation, warn_monotonicity=warn_monotonicity,  # type: ignore[return-value]
+                            **options)
+
+    def verify(self, derivatives: Any = None, **options: Any) -> VerificationReport:
+        """Prove the generated gradient against SymPy for T = 3 and 4, and compare the loss's
+        gradient with autograd of a plain float64 implementation and finite differences; see
+        :mod:`metricc.verify.curve`."""
+        from .verify.curve import verify_curve
+
+        if derivatives is not None:
+            raise MetricError("derivatives= checks 2 x 2 partials; a curve metric's gradient is given "
+                              "by its local forms (see gradient)")
+        return verify_curve(self._expr, self.kernels_source, self.loss_class, self.name or self.text.strip(),
+                            **options)

@@ -1,0 +1,241 @@
+"""The curve loss: a soft ROC/PR curve, the generated curve kernel, and its symbolic backward.
+
+Torch-only, like the rest of the runtime (standalone files paste it after
+:mod:`metricc.runtime.curve`). A compiled curve metric subclasses :class:`CurveLoss` and fills
+in the two generated kernels ``curve_value`` and ``curve_and_gradient`` (``(TP, FP, P, N, eps,
+tau, tau_gate)``). The forward forms the soft curve ``TP[k], FP[k]`` of the batch
+(:class:`~metricc.runtime.curve.SoftCurve`, ``O(n + T)``), optionally summed over ranks and
+remembered over batches (:class:`~metricc.runtime.curve.CurvePool`), and runs the kernel; the
+backward hands ``-dV/dTP, -dV/dFP`` (for higher-is-better metrics) to the soft curve's own
+backward. No autograd runs through the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from ..errors import MetricError
+from .curve import CurvePool, CurveRelaxation, SoftCurve, curve_pool
+from .modes import validate_inputs
+from .options import check_flag, check_number, look_up_option
+from .weights import validate_weight
+
+#: The relaxations of a curve loss (one today: the soft histogram of :class:`CurveRelaxation`).
+CURVE_RELAXATIONS = ("histogram",)
+CURVE_MODES = ("binary", "multilabel", "multiclass")
+#: How per-class curves' losses combine: their mean, or weighted by each class's positives.
+CURVE_AVERAGES = ("macro", "weighted")
+
+
+class SmoothMax:
+    """The temperatures of the smooth ``best()``: ``tau`` for the softmax-weighted mean over
+    thresholds, ``tau_gate`` for the gate of a bound (``docs/curve.md``; defaults 0.01 and
+    0.001, the analysis's ``DEFAULT_TAU``, ``DEFAULT_TAU_GATE``). Immutable.
+
+    >>> SmoothMax()
+    SmoothMax(tau=0.01, tau_gate=0.001)
+    """
+
+    __slots__ = ("tau", "tau_gate")
+    tau: float
+    tau_gate: float
+
+    def __init__(self, tau: float = 0.01, tau_gate: float = 0.001) -> None:
+        for name, value in (("tau", tau), ("tau_gate", tau_gate)):
+            x = check_number(name, value, positive=True)
+            if not 0 < x <= 10:
+                raise MetricError(f"{name} must be in (0, 10] (a temperature on the metric's scale; "
+                                  f"defaults tau=0.01, tau_gate=0.001), got {value!r}")
+            object.__setattr__(self, name, x)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("SmoothMax is immutable; build a new one")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SmoothMax) and (self.tau, self.tau_gate) == (other.tau, other.tau_gate)
+
+    def __hash__(self) -> int:
+        return hash((self.tau, self.tau_gate))
+
+    def __repr__(self) -> str:
+        return f"SmoothMax(tau={self.tau!r}, tau_gate={self.tau_gate!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[float, float]]:
+        return SmoothMax, (self.tau, self.tau_gate)
+
+
+def _curve_function(cls: type[CurveLoss]) -> Any:
+    """The ``torch.autograd.Function`` running the generated kernel: its backward is the
+    kernel's own gradient, handed to the soft curve's backward."""
+    higher = cls.higher_is_better
+
+    class SymbolicCurveMetric(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, tp: Tensor, fp: Tensor, pos: Tensor, neg: Tensor, eps: float,
+                    tau: float, tau_gate: float) -> Tensor:
+            value, d_tp, d_fp = cls.curve_and_gradient(tp, fp, pos, neg, eps, tau, tau_gate)
+            ctx.save_for_backward(d_tp, d_fp)
+            return 1 - value if higher else value
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+            d_tp, d_fp = ctx.saved_tensors
+            # loss = 1 - V: dL/dTP = -dV/dTP (P and N are constants of the batch)
+            g = (-grad if higher else grad).to(d_tp.dtype).unsqueeze(-1)
+            return g * d_tp, g * d_fp, None, None, None, None, None
+
+    SymbolicCurveMetric.__name__ = SymbolicCurveMetric.__qualname__ = f"{cls.__name__}Function"
+    return SymbolicCurveMetric
+
+
+class CurveLoss(torch.nn.Module):
+    """``1 - metric`` (or the metric, lower is better) of a curve formula on the soft curve.
+
+    ``forward(input, target, weight=None)``. ``mode="binary"``: ``input`` and ``target`` of one
+    shape (or ``(N, 1, *)`` against ``(N, *)``), one curve of all elements. ``"multilabel"``:
+    ``(N, C, *)`` both, one curve per class. ``"multiclass"``: ``(N, C, *)`` scores and ``(N, *)``
+    class indices, one one-vs-rest curve per class of the class probabilities (a softmax over
+    dim 1 of logits with ``from_logits``). Per-class losses combine by ``average`` (``"macro"``
+    mean, ``"weighted"`` by each class's positives); ``reduction="none"`` returns them.
+    The relaxation (``"histogram"``, or a :class:`CurveRelaxation`) has ``bins`` (256),
+    ``width`` (1), ``space`` (``"probability"``) and ``clip`` (8); ``tau`` and ``tau_gate``
+    are :class:`SmoothMax`'s. ``sync_dist`` sums the curve over ranks, ``memory_decay`` adds
+    a decayed memory of past batches' curves (``docs/distributed.md``).
+    """
+
+    formula: ClassVar[str] = ""
+    source: ClassVar[str] = ""
+    higher_is_better: ClassVar[bool] = True
+    _function: ClassVar[Any] = None
+
+    @staticmethod
+    def curve_value(TP: Tensor, FP: Tensor, P: Tensor, N: Tensor, eps: float, tau: float,
+                    tau_gate: float) -> Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def curve_and_gradient(TP: Tensor, FP: Tensor, P: Tensor, N: Tensor, eps: float, tau: float,
+                           tau_gate: float) -> tuple[Tensor, Tensor, Tensor]:
+        raise NotImplementedError
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._function = _curve_function(cls)
+
+    def __init__(
+        self,
+        relaxation: str = "histogram",
+        *,
+        bins: int = 256,
+        width: float = 1.0,
+        space: str = "probability",
+        clip: float = 8.0,
+        tau: float = 0.01,
+        tau_gate: float = 0.001,
+        from_logits: bool = False,
+        mode: str = "binary",
+        average: str = "macro",
+        reduction: str = "mean",
+        eps: float = 1e-7,
+        sync_dist: bool = False,
+        process_group: Any = None,
+        memory_decay: float | None = None,
+        validate_args: bool = True,
+    ) -> None:
+        super().__init__()
+        if isinstance(relaxation, CurveRelaxation):
+            if (bins, width, space, clip) != (256, 1.0, "probability", 8.0):
+                raise MetricError("give the grid either as a CurveRelaxation or as bins/width/space/"
+                                  "clip, not both")
+            self.relax = relaxation
+            relaxation = "histogram"
+        else:
+            look_up_option("relaxation", relaxation, CURVE_RELAXATIONS)
+            self.relax = CurveRelaxation(bins=bins, width=width, space=space, clip=clip)
+        self.relaxation = relaxation
+        self.smooth_max = SmoothMax(tau, tau_gate)
+        self.from_logits = check_flag("from_logits", from_logits)
+        self.mode = look_up_option("mode", mode, CURVE_MODES)
+        self.average = look_up_option("average", average, CURVE_AVERAGES)
+        self.reduction = look_up_option("reduction", reduction)
+        self.eps = check_number("eps", eps)
+        self.validate_args = check_flag("validate_args", validate_args)
+        self.pool: CurvePool | None = curve_pool(sync_dist, process_group, memory_decay)
+
+    def extra_repr(self) -> str:
+        return (f"{self.relax!r}, {self.smooth_max!r}, from_logits={self.from_logits}, "
+                f"mode={self.mode!r}, average={self.average!r}, reduction={self.reduction!r}, "
+                f"eps={self.eps}")
+
+    def reset_memory(self) -> None:
+        """Forget the curves of past batches (``memory_decay``); a no-op without memory."""
+        if self.pool is not None:
+            self.pool.reset()
+
+    def _columns(self, input: Tensor, target: Tensor, weight: Tensor | None
+                 ) -> tuple[Tensor, Tensor, Tensor | None, bool]:
+        """``(scores, labels, weights, from_logits)`` as ``(M,)`` or ``(M, C)`` columns."""
+        w = None if weight is None else validate_weight(weight, target, self.validate_args)
+        if self.mode == "binary":
+            # (N, 1, *) against (N, *) (single_channel) holds the same elements
+            return input.reshape(-1), target.reshape(-1), None if w is None else w.reshape(-1), self.from_logits
+        if input.dim() < 2 or input.shape[1] < 2:
+            raise MetricError(f"mode={self.mode!r} needs input of shape (N, C, *) with C >= 2 classes "
+                              f"on dim 1, got {tuple(input.shape)}; for one curve use mode='binary'")
+        c = input.shape[1]
+        s = input.movedim(1, -1).reshape(-1, c)
+        if self.mode == "multilabel":
+            y = target.movedim(1, -1).reshape(-1, c)
+            return s, y, None if w is None else w.movedim(1, -1).reshape(-1, c), self.from_logits
+        if self.from_logits:  # one-vs-rest curves rank the class probabilities
+            s = torch.softmax(s, -1)
+        y = torch.nn.functional.one_hot(target.reshape(-1).long(), c)
+        w = None if w is None else w.reshape(-1, 1).expand(-1, c)
+        return s, y, w, False
+
+    def _check_target(self, input: Tensor, target: Tensor) -> None:
+        if self.mode != "multiclass":
+            return
+        index_shape = input.shape[:1] + input.shape[2:]
+        if target.shape != index_shape or target.is_floating_point() or target.dtype == torch.bool:
+            raise MetricError(f"mode='multiclass' needs target of integer class indices of shape "
+                              f"{tuple(index_shape)} (the input's without dim 1), got "
+                              f"{tuple(target.shape)} {target.dtype}; for one 0/1 label per class "
+                              "use mode='multilabel'")
+
+    def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
+        """The loss; ``weight`` per element (broadcastable to ``target``)."""
+        target = target.detach() if isinstance(target, Tensor) else target
+        sync = self.pool is not None and self.pool.sync_dist
+        validate_inputs(input, target, self.mode, self.from_logits, None, self.validate_args,
+                        allow_empty=sync)
+        self._check_target(input, target)
+        s, y, w, logits = self._columns(input, target, weight)
+        work = torch.promote_types(input.dtype, torch.float32)
+        # 0/1 labels take the cheaper hard path; deciding needs the data, so a traced graph
+        # (torch.compile) takes the soft path, which gives the same curve for 0/1 labels.
+        hard = not y.is_floating_point() or (
+            not torch.compiler.is_compiling() and bool(((y == 0) | (y == 1)).all()))
+        curve: tuple[Tensor, Tensor, Tensor, Tensor] = SoftCurve.apply(
+            s, y, None if w is None else w.to(work), self.relax, logits, hard)
+        if self.pool is not None:
+            curve = self.pool(curve)
+        tp, fp, pos, neg = curve
+        losses = self._function.apply(tp, fp, pos, neg, self.eps, self.smooth_max.tau,
+                                      self.smooth_max.tau_gate)
+        return self._combine(losses, pos).to(input.dtype)
+
+    def _combine(self, losses: Tensor, pos: Tensor) -> Tensor:
+        """One loss per curve (``(C,)``, or ``()`` in binary mode) combined by ``average``."""
+        if losses.dim() == 0 or self.reduction == "none":
+            return losses
+        if self.average == "weighted":
+            share = pos.detach() / pos.detach().sum().clamp_min(math.ulp(1.0))
+            mean = (losses * share).sum()
+        else:
+            mean = losses.mean()
+        return mean * losses.shape[0] if self.reduction == "sum" else mean
