@@ -32,4 +32,4 @@ __all__ = [
     "best_threshold",
     "compile",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -101,3 +101,12 @@ def test_pickles_written_by_0_1_still_load() -> None:
     assert float(stateful.compute()) == pytest.approx(metricc.compile("f1").score(torch.sigmoid(x), y))
     qwk = objs["metric_qwk"]
     assert qwk.value([[5, 1], [2, 4]]) == 0.5
+
+
+def test_the_version_follows_the_changelog() -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", (root / "CHANGELOG.md").read_text(encoding="utf-8"), re.M)
+    project = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(encoding="utf-8"), re.M)[1]
+    assert released and released[0] == project == metricc.__version__
