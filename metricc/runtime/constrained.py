@@ -25,8 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .constraint_defaults import CONSTRAINED_DEFAULTS as DEFAULTS
-from .constraint_defaults import StallWatch, watch_stall
+from .constraint_defaults import CONSTRAINED_DEFAULTS, StallWatch, watch_stall
 from .constraint_state import ConstraintState
 from .counts import _counts, _host, _rows, _to_input_dtype, _wide, count_sums, derive_counts, soft_counts
 from .distributed import CountPool, recomputing
@@ -225,9 +224,10 @@ class ConstrainedLoss(ConstraintState):
     stall: StallWatch | None = None
 
     def __init__(self, objective: MetricLoss, constraints: Sequence[ConstraintSpec], *,
-                 multiplier_lr: float = DEFAULTS["multiplier_lr"], penalty: float = DEFAULTS["penalty"],
-                 max_multiplier: float = DEFAULTS["max_multiplier"],
-                 multiplier_rates: str = DEFAULTS["multiplier_rates"]) -> None:
+                 multiplier_lr: float = CONSTRAINED_DEFAULTS["multiplier_lr"],
+                 penalty: float = CONSTRAINED_DEFAULTS["penalty"],
+                 max_multiplier: float = CONSTRAINED_DEFAULTS["max_multiplier"],
+                 multiplier_rates: str = CONSTRAINED_DEFAULTS["multiplier_rates"]) -> None:
         super().__init__()
         err = MetricError
         if not constraints:
