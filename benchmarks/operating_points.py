@@ -6,7 +6,8 @@ recall >= 0.8 and >= 0.9, with the model, splits and training of
 ``benchmarks/constraints_tabular.py`` (``ct.Config``, ``ct.splits``, ``ct.train_models``):
 
 * methods (the losses): ``bce``; ``constrained``, ``metricc.compile("precision subject to
-  recall >= t").loss(from_logits=True, **RECIPE)`` at the recommended defaults ``RECIPE``;
+  recall >= t").loss(from_logits=True, **RECIPE)``, ``RECIPE`` the package's defaults for
+  constrained losses (``CONSTRAINED_DEFAULTS``), written out;
   ``precision_at_recall``, ``metricc.compile("precision_at_recall", min_recall=t).loss(...)``,
   skipped (and said so in the report) while that metric does not compile; any other compiled
   metric with ``--metric-loss LABEL FORMULA`` (``{target}`` in the formula is replaced);
@@ -14,11 +15,9 @@ recall >= 0.8 and >= 0.9, with the model, splits and training of
 
   - ``plain``: the highest threshold whose validation recall meets the target;
   - ``confident``: among thresholds whose recall meets the target with confidence 0.9, the
-    best validation precision: ``metricc.best_threshold(..., confidence=0.9)`` when the
-    package has that keyword, else the **stand-in** ``clopper_pearson_threshold`` below (an
-    exact one-sided Clopper-Pearson lower bound on the recall over the validation positives;
-    recall is monotone in the threshold, so fixed-sequence testing from the lowest threshold
-    certifies every threshold up to the first failure with no multiple-testing correction);
+    best validation precision: the package's ``metricc.best_threshold(..., confidence=0.9)``
+    (an exact one-sided Clopper-Pearson lower bound on the recall over the validation
+    positives, fixed-sequence testing over thresholds);
   - ``at0.5``: the metric losses at their own decision threshold (probability 0.5), for
     reference;
 
@@ -40,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import json
 import os
 import sys
@@ -60,17 +58,18 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import constraints_tabular as ct  # noqa: E402
 
 import metricc  # noqa: E402
+from metricc.runtime.constraint_defaults import CONSTRAINED_DEFAULTS  # noqa: E402
 
 CONFIDENCE = 0.9
 LOSS_FIELDS = ("amplifier", "memory_decay", "multiplier_lr", "penalty", "multiplier_rates")
 TARGETS: tuple[float, ...] = ct.TARGETS
 QUICK_SETS: tuple[str, ...] = ("glass0",)
 
-#: The recommended options of the constrained loss (benchmarks/constrained_defaults.py,
-#: docs/constrained_defaults.md); passed explicitly so the run does not depend on the
-#: package's defaults of the day.
-RECIPE: dict[str, Any] = {"relaxation": "anyloss", "amplifier": 10.0, "multiplier_lr": 0.2,
-                          "penalty": 1.0, "memory_decay": 0.0, "multiplier_rates": "hard"}
+#: The options of the constrained loss: the package's defaults (chosen by
+#: benchmarks/constrained_defaults.py, docs/constrained_defaults.md), written out and
+#: recorded in the report, so each run says what it trained with.
+RECIPE: dict[str, Any] = {"relaxation": "anyloss", "memory_decay": 0.0, **{
+    k: CONSTRAINED_DEFAULTS[k] for k in ("amplifier", "multiplier_lr", "penalty", "multiplier_rates")}}
 
 
 # ------------------------------------------------------------------------ methods
@@ -133,47 +132,10 @@ def plain_threshold(p: np.ndarray, y: np.ndarray, target: float) -> tuple[float,
     return ct.recall_threshold(p, y, target), True
 
 
-def recall_lower_bound(k: np.ndarray, n: int, confidence: float) -> np.ndarray:
-    """Exact one-sided Clopper-Pearson lower bound of a binomial rate: ``k`` of ``n``."""
-    from scipy.stats import beta
-
-    k = np.asarray(k, dtype=float)
-    with np.errstate(invalid="ignore"):
-        lo = beta.ppf(1 - confidence, k, n - k + 1)
-    return np.where(k > 0, lo, 0.0)
-
-
-def clopper_pearson_threshold(p: np.ndarray, y: np.ndarray, target: float,
-                              confidence: float = CONFIDENCE) -> tuple[float, bool]:
-    """STAND-IN for ``metricc.best_threshold(..., confidence=...)`` until the package has it.
-
-    Candidates: every distinct validation score. A threshold qualifies when the
-    Clopper-Pearson lower bound of its recall (``k`` of the ``n`` validation positives
-    score at or above it) meets ``target``; among those, the best validation precision
-    (ties: the highest threshold). When none qualifies it returns the lowest score (every
-    validation sample positive) and ``False``.
-    """
-    cand = np.unique(p)[::-1]  # high to low
-    pos = np.sort(p[y == 1])
-    neg = np.sort(p[y == 0])
-    k = len(pos) - np.searchsorted(pos, cand, side="left")  # positives with score >= t
-    fp = len(neg) - np.searchsorted(neg, cand, side="left")
-    ok = recall_lower_bound(k, len(pos), confidence) >= target
-    if not ok.any():
-        return float(cand[-1]), False
-    prec = np.where(k + fp > 0, k / np.maximum(k + fp, 1), 0.0)
-    best = np.flatnonzero(ok)[np.argmax(prec[ok])]  # first maximum: the highest threshold
-    return float(cand[best]), True
-
-
-def package_has_confidence() -> bool:
-    return "confidence" in inspect.signature(metricc.best_threshold).parameters
-
-
 def confident_threshold(p: np.ndarray, y: np.ndarray, target: float) -> tuple[float, bool]:
-    """The confidence-0.9 rule: the package's when it exists, else the stand-in."""
-    if not package_has_confidence():
-        return clopper_pearson_threshold(p, y, target)
+    """The confidence-0.9 rule: the package's ``metricc.best_threshold(..., confidence=0.9)``
+    (Clopper-Pearson, fixed-sequence over thresholds; docs/constraints.md). When no threshold
+    qualifies: the lowest score (every validation sample positive) and ``False``."""
     try:
         choice = metricc.best_threshold(ct.PRECISION, torch.as_tensor(p, dtype=torch.float64),
                                         torch.as_tensor(y), constraints=[f"recall >= {target}"],
@@ -282,9 +244,7 @@ def summarise(rows: list[dict], datasets: Sequence[str], methods: Sequence[str])
 def write_report(out: Path, rows: list[dict], meta: dict) -> None:
     datasets, methods, cfg = meta["datasets"], meta["methods"], meta["config"]
     runs = cfg["folds"] * len(cfg["seeds"])
-    rule_note = ("`metricc.best_threshold(..., confidence=0.9)`" if meta["package_confidence"]
-                 else "the benchmark's Clopper-Pearson **stand-in** (`clopper_pearson_threshold`; "
-                      "the package's `best_threshold(..., confidence=0.9)` was not available)")
+    rule_note = "the package's `metricc.best_threshold(..., confidence=0.9)`"
     lines = [
         "# Operating points on new data: results", "",
         "Generated by `benchmarks/operating_points.py` (no hand edits). Reproduce with:", "",
@@ -368,6 +328,7 @@ def merge(folders: Sequence[Path], out: Path) -> int:
     for m in metas[1:]:  # the parts must be one experiment
         assert {k: m[k] for k in ("config", "recipe", "methods")} == {
             k: first[k] for k in ("config", "recipe", "methods")}, "runs with different settings"
+    first.pop("package_confidence", None)  # recorded by runs from before the stand-in went
     meta = {**first, "datasets": [d for m in metas for d in m["datasets"]],
             "wall_seconds": sum(m["wall_seconds"] for m in metas),
             "command": "\n".join([*(m["command"] for m in metas),
@@ -420,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         a for a in (argv if argv is not None else sys.argv[1:]) if a)
     meta = {"command": command.strip(), "wall_seconds": wall, "datasets": datasets,
             "methods": [m.name for m in methods], "skipped": skipped, "config": asdict(cfg),
-            "recipe": recipe, "package_confidence": package_has_confidence(),
+            "recipe": recipe,
             "torch": torch.__version__}
     write_outputs(out, rows, meta)
     print(f"done in {wall / 60:.1f} min; wrote {out / 'operating_points.md'}")

@@ -285,14 +285,21 @@ class ConstraintMethods:
 
 def constrained_loss(metric: Any, relaxation: str | None, warn_monotonicity: bool,
                      options: dict[str, Any]) -> Any:
-    """``metric.loss()`` with constraints: a :class:`~metricc.runtime.constrained.ConstrainedLoss`."""
+    """``metric.loss()`` with constraints: a :class:`~metricc.runtime.constrained.ConstrainedLoss`.
+
+    Options not given take :data:`~metricc.runtime.constraint_defaults.CONSTRAINED_DEFAULTS`
+    (AnyLoss ``amplifier=10``, ``multiplier_lr=0.2``, ...; docs/constrained_defaults.md).
+    """
     import warnings
 
     from .errors import MetricWarning
     from .runtime.constrained import ConstrainedLoss, ConstraintSpec
+    from .runtime.constraint_defaults import CONSTRAINED_DEFAULTS
 
     keys = ("multiplier_lr", "penalty", "max_multiplier", "multiplier_rates")
     multiplier_options = {k: options.pop(k) for k in keys if k in options}
+    if relaxation in (None, "anyloss"):  # the user's amplifier wins; else the constrained default
+        options.setdefault("amplifier", CONSTRAINED_DEFAULTS["amplifier"])
     objective = metric._objective().loss(relaxation, warn_monotonicity=warn_monotonicity,
                                          **options)
     if warn_monotonicity:

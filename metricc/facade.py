@@ -236,9 +236,12 @@ class Metric(CountsScoring, ConstraintMethods):
 
         With constraints, the loss is a
         :class:`~metricc.runtime.constrained.ConstrainedLoss` (binary mode, one
-        confusion matrix per batch) and takes ``multiplier_lr`` (0.05),
+        confusion matrix per batch) and takes ``multiplier_lr`` (0.2),
         ``penalty`` (1.0), ``max_multiplier`` (100) and ``multiplier_rates``
-        (``"hard"``) too; see ``docs/constraints.md``.
+        (``"hard"``) too, and its AnyLoss ``amplifier`` defaults to 10, not 73
+        (``metricc.runtime.constraint_defaults.CONSTRAINED_DEFAULTS``, chosen in
+        docs/constrained_defaults.md); it warns once when a constraint stays violated
+        while its multiplier grows. See ``docs/constraints.md``.
 
         >>> import torch, metricc
         >>> loss = metricc.compile("f1").loss()

@@ -94,7 +94,10 @@ def test_pickles_written_by_0_1_still_load() -> None:
     logits, labels = torch.randn(4, 3, 5, 5), torch.randint(0, 3, (4, 5, 5))
     assert torch.equal(objs["loss_dice_multiclass"](logits, labels), dice(logits, labels))
     constrained = objs["loss_constrained"]
-    ref = metricc.compile("precision subject to recall >= 0.8").loss(from_logits=True)
+    # the pickle keeps the options it was built with: 0.1's defaults (amplifier 73, step 0.05)
+    ref = metricc.compile("precision subject to recall >= 0.8").loss(
+        from_logits=True, amplifier=73.0, multiplier_lr=0.05)
+    assert (constrained.objective.relax.amplifier, constrained.multiplier_lr) == (73.0, 0.05)
     assert torch.allclose(constrained(x, y), ref(x, y), rtol=0, atol=0)
     stateful = objs["stateful_f1"]
     stateful.update(torch.sigmoid(x), y.long())

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,36 +28,31 @@ def _module():
 op = _module()
 
 
-def test_lower_bound_is_exact_clopper_pearson() -> None:
-    # k = n: the bound solves p^n = 1 - confidence; k = 0: the bound is 0
-    assert op.recall_lower_bound(np.array([10]), 10, 0.9)[0] == pytest.approx(0.1 ** (1 / 10))
-    assert op.recall_lower_bound(np.array([0]), 10, 0.9)[0] == 0.0
-    # against the binomial tail: P(X >= k | p = bound) = 1 - confidence
-    from scipy.stats import binom
+def _lower_bound(k: int, n: int, confidence: float = 0.9) -> float:
+    """Exact one-sided Clopper-Pearson lower bound of ``k`` successes of ``n`` (scipy)."""
+    from scipy.stats import beta
 
-    lo = op.recall_lower_bound(np.array([17]), 25, 0.9)[0]
-    assert binom.sf(16, 25, lo) == pytest.approx(0.1, abs=1e-9)
+    return float(beta.ppf(1 - confidence, k, n - k + 1)) if k > 0 else 0.0
 
 
-def test_stand_in_threshold_qualifies_only_with_enough_positives() -> None:
+def test_confident_rule_is_the_packages_and_qualifies_only_with_enough_positives() -> None:
     # 9 positives all above every negative: even recall 9/9 is not certified >= 0.8 at 0.9
     # (0.1 ** (1/9) = 0.774), so no threshold qualifies and every sample is predicted positive
     p = np.r_[np.linspace(0.6, 0.9, 9), np.linspace(0.0, 0.5, 50)]
     y = np.r_[np.ones(9), np.zeros(50)]
-    t, ok = op.clopper_pearson_threshold(p, y, 0.8)
+    t, ok = op.confident_threshold(p, y, 0.8)
     assert not ok and t == p.min()
-    # 60 positives: qualifies, and the chosen threshold's bound meets the target while the
-    # next higher candidate's does not (the highest certified threshold has the best precision
-    # here, as negatives all score below the positives)
+    # 60 positives: qualifies; the chosen threshold's bound meets the target, and it has the
+    # best validation precision among the certified thresholds (1: above every negative)
     rng = np.random.default_rng(0)
     p = np.r_[rng.uniform(0.4, 1.0, 60), rng.uniform(0.0, 0.39, 200)]
     y = np.r_[np.ones(60), np.zeros(200)]
-    t, ok = op.clopper_pearson_threshold(p, y, 0.8)
+    t, ok = op.confident_threshold(p, y, 0.8)
     k = int((p[y == 1] >= t).sum())
-    assert ok and op.recall_lower_bound(np.array([k]), 60, 0.9)[0] >= 0.8
-    higher = np.unique(p[p > t])[0]
-    k_up = int((p[y == 1] >= higher).sum())
-    assert op.recall_lower_bound(np.array([k_up]), 60, 0.9)[0] < 0.8
+    assert ok and _lower_bound(k, 60) >= 0.8 and k == int((p >= t).sum())
+    # the bound of the highest threshold it could have chosen fails one positive higher
+    certified = [c for c in np.unique(p) if _lower_bound(int((p[y == 1] >= c).sum()), 60) >= 0.8]
+    assert t in certified and _lower_bound(int((p[y == 1] > max(certified)).sum()), 60) < 0.8
     # more conservative than the plain rule
     assert t <= op.plain_threshold(p, y, 0.8)[0]
 

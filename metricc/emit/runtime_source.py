@@ -33,6 +33,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.logit_grad",
         "metricc.runtime.symbolic",
         "metricc.runtime.loss",
+        "metricc.runtime.constraint_defaults",
         "metricc.runtime.constraint_state",
         "metricc.runtime.constrained",
         "metricc.runtime.matrix",

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .constraint_defaults import CONSTRAINED_DEFAULTS, StallWatch, watch_stall
 from .constraint_state import ConstraintState
 from .counts import _counts, _host, _rows, _to_input_dtype, _wide, count_sums, derive_counts, soft_counts
 from .distributed import CountPool, recomputing
@@ -219,10 +220,14 @@ class ConstrainedLoss(ConstraintState):
     #: The multipliers the last training step started from (a class default for losses
     #: pickled before it existed).
     stepped_from: Tensor | None = None
+    #: Warns once when a constraint stalls (None until the first step, and in old pickles).
+    stall: StallWatch | None = None
 
     def __init__(self, objective: MetricLoss, constraints: Sequence[ConstraintSpec], *,
-                 multiplier_lr: float = 0.05, penalty: float = 1.0,
-                 max_multiplier: float = 100.0, multiplier_rates: str = "hard") -> None:
+                 multiplier_lr: float = CONSTRAINED_DEFAULTS["multiplier_lr"],
+                 penalty: float = CONSTRAINED_DEFAULTS["penalty"],
+                 max_multiplier: float = CONSTRAINED_DEFAULTS["max_multiplier"],
+                 multiplier_rates: str = CONSTRAINED_DEFAULTS["multiplier_rates"]) -> None:
         super().__init__()
         err = MetricError
         if not constraints:
@@ -388,3 +393,4 @@ class ConstrainedLoss(ConstraintState):
             step = torch.where(torch.isfinite(v), self.multiplier_lr * v, 0.0)
             new = (lam + step).clamp(0.0, self.max_multiplier)
             self.multipliers.copy_(new.reshape(shape).to(self.multipliers.dtype))
+        watch_stall(self, v, new)
