@@ -193,3 +193,14 @@ def test_two_ranks_equal_one_process_on_all_shards(tmp_path: Path) -> None:
         got = torch.load(folder / f"rank{rank}.pt")
         for name, value in reference.items():
             assert torch.equal(got[name], value), (rank, name, got[name], value)
+
+
+def test_clone_pickle_and_reset_keep_the_formula_and_empty_the_state() -> None:
+    import pickle
+
+    m = _metric("recall_at_precision", {"min_precision": 0.5}, thresholds=20)
+    m.update(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 0, 0]))
+    for copy in (m.clone(), pickle.loads(pickle.dumps(m))):
+        assert float(copy.compute()) == float(m.compute()) == 1.0
+    m.reset()
+    assert int(m.hist.sum()) == 0
