@@ -193,10 +193,9 @@ class CurveMetric(Metric):
         """A ``torchmetrics.Metric`` of this curve formula, exact over batches and ranks
         (``thresholds=T``: binned, ``O(T)`` state); see ``metricc.evaluate.curve_stateful``."""
         try:
-            from .evaluate.curve_stateful import CurveStatefulMetric  # type: ignore[import-not-found]
-        except ImportError:
-            raise MetricError("metric() of curve metrics is not available yet in this build; use "
-                              "score() for exact values") from None
+            from .evaluate.curve_stateful import CurveStatefulMetric
+        except ImportError as e:  # torchmetrics is optional
+            raise MetricError("metric() needs torchmetrics: pip install 'metricc[torchmetrics]'") from e
         return CurveStatefulMetric(self._expr, dict(self.parameters), thresholds=thresholds,
                                    average=average, mode=mode, **kwargs)
 
