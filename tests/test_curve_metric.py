@@ -161,12 +161,11 @@ def test_value_of_given_curve_points_and_undefined_labels() -> None:
         m.value([1, 0], [1, 0, 0], 1, 1)
 
 
-def test_metric_is_delegated_to_the_stateful_module_or_says_it_is_missing() -> None:
-    if importlib.util.find_spec("metricc.evaluate.curve_stateful") is None:
-        with pytest.raises(metricc.MetricError, match="not available yet"):
-            metricc.compile("auroc").metric()
-    else:  # wired at merge (C1b's module)
-        assert metricc.compile("auroc").metric() is not None
+def test_metric_without_torchmetrics_is_a_metric_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torchmetrics", None)
+    monkeypatch.delitem(sys.modules, "metricc.evaluate.curve_stateful", raising=False)
+    with pytest.raises(metricc.MetricError, match=r"pip install 'metricc\[torchmetrics\]'"):
+        metricc.compile("auroc").metric()
 
 
 # --- 2. the loss ---------------------------------------------------------------------------------------
@@ -383,3 +382,20 @@ def test_cli_list_grad_check_and_compile(tmp_path: Path) -> None:
     out = _cli("compile", "auroc", "-o", str(tmp_path / "auroc_loss.py"))
     assert out.returncode == 0, out.stderr
     assert "class AurocLoss(CurveLoss):" in (tmp_path / "auroc_loss.py").read_text()
+
+
+def test_metric_from_the_facade_equals_torchmetrics_over_batches() -> None:
+    from torchmetrics.classification import BinaryAUROC, BinaryAveragePrecision
+
+    gen = torch.Generator().manual_seed(3)
+    ours = {"auroc": metricc.compile("auroc").metric(),
+            "ap": metricc.compile("average_precision").metric(thresholds=50)}
+    refs = {"auroc": BinaryAUROC(), "ap": BinaryAveragePrecision(thresholds=50)}
+    for _ in range(4):
+        p = torch.rand(40, generator=gen, dtype=torch.float64)
+        y = (torch.rand(40, generator=gen) < 0.3).long()
+        for k in ours:
+            ours[k].update(p, y)
+            refs[k].update(p, y)
+    for k in ours:  # torchmetrics forms its curve in float32
+        assert float(ours[k].compute()) == pytest.approx(float(refs[k].compute()), abs=2e-6)
