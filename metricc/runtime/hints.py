@@ -43,3 +43,48 @@ def _multilabel_validate(input: Tensor, target: Tensor) -> None:
             f"label per class), got {tuple(target.shape)}, the shape of class indices: use "
             "mode='multiclass' for one class per element, or one-hot encode the target "
             f"(torch.nn.functional.one_hot(target, {input.shape[1]}).movedim(-1, 1))")
+
+
+def label_error(mode: str, lo: float, hi: float, *, hard: bool,
+                call: str = "forward takes (input, target)") -> MetricError:
+    """The error for 0/1 targets holding values from ``lo`` to ``hi``: one message for the
+    loss (``hard=False``: soft labels in [0, 1] pass), ``score`` and the stateful metric
+    (``hard=True``: only 0 and 1), with the fix of the likely cause.
+
+    >>> print(label_error("binary", 0, 255, hard=True, call="update takes (preds, target)"))
+    target has values outside [0, 1] (min 0, max 255); binary targets hold only 0 and 1. For 0/255
+    masks pass target / 255 (divide by 255), or ignore_index=255 if 255 marks elements to leave out.
+    """
+    lo, hi = lo + 0.0, hi + 0.0  # + 0.0: -0.0 reads 0
+    kind = f"{mode} targets hold only 0 and 1" if hard else f"{mode} targets are 0/1, or soft labels in [0, 1]"
+    if 0 <= lo and hi <= 1:  # hard labels only: a fraction
+        head = f"target must hold only 0 and 1, found values from {lo:.4g} to {hi:.4g}"
+    else:
+        head = f"target has values outside [0, 1] (min {lo:.4g}, max {hi:.4g})"
+    if hi == 255:
+        hint = (" For 0/255 masks pass target / 255 (divide by 255), or ignore_index=255 if "
+                "255 marks elements to leave out.")
+    elif lo < 0 or (hard and 0 <= lo and hi <= 1):
+        hint = f" Are the arguments swapped? {call}, predictions first."
+    elif hi > 1 and float(hi).is_integer() and lo >= 0:
+        hint = (" For class indices use mode='multiclass' (or ignore_index=<value> for a label "
+                "marking elements to leave out).")
+    else:
+        hint = ""
+    return MetricError(f"{head}; {kind}.{hint}")
+
+
+def integer_preds_error(found: float) -> MetricError:
+    """The error for binary or multilabel integer predictions other than 0 and 1 (``3`` would
+    otherwise count as a positive: ``3 >= 0.5``).
+
+    >>> print(integer_preds_error(3))
+    preds holds integers other than 0 and 1 (3), but binary and multilabel preds are 0/1 labels or
+    scores: pass
+    probabilities in [0, 1] as floats or logits with from_logits=True (score() also takes any
+    scores with threshold=<cut>); for class labels use mode='multiclass'
+    """
+    return MetricError(f"preds holds integers other than 0 and 1 ({found:g}), but binary and multilabel preds are "
+                       "0/1 labels or scores: pass probabilities in [0, 1] as floats or logits with "
+                       "from_logits=True (score() also takes any scores with threshold=<cut>); "
+                       "for class labels use mode='multiclass'")

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..errors import MetricError
 from .counts import compact_indices
-from .hints import _multilabel_validate, _warn_if_probabilities
+from .hints import _multilabel_validate, _warn_if_probabilities, label_error
 from .options import select_classes
 
 
@@ -124,13 +124,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                       f"(indices 0 to {c - 1}); set ignore_index={bad} if it marks "
                       "elements to leave out")
     elif tlo < 0 or thi > 1:
-        hint = (" For 0/255 masks pass target / 255 (or ignore_index=255 if 255 marks "
-                "elements to leave out)." if thi == 255
-                else " Are input and target swapped? forward takes (input, target)."
-                if tlo < 0 else "")
-        raise err(f"target has values outside [0, 1] (min {tlo:.4g}, max {thi:.4g}); "
-                  f"{'binary' if mode == 'binary' else mode} targets are 0/1, "
-                  "or soft labels in [0, 1]." + hint)
+        raise label_error(mode, tlo, thi, hard=False)
 
 
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
