@@ -35,6 +35,26 @@ def _warn_if_probabilities(x: Tensor, mode: str) -> None:
                   "really are logits.", MetricWarning, stacklevel=6)
 
 
+#: The ignore_index values already warned about by :func:`_warn_if_ignore_drops_positives`.
+_IGNORE_WARNED: set[int] = set()
+
+
+def _warn_if_ignore_drops_positives(target: Tensor, ignore_index: int) -> None:
+    """Warn, once per ``ignore_index``, when it removed every positive of a 0/1 batch that held
+    some: a 0/255 mask with ``ignore_index=255`` leaves only negatives, a constant loss
+    (1 for F1) with zero gradient. Called only when no kept target is positive."""
+    if ignore_index in _IGNORE_WARNED or ignore_index in (0, 1):
+        return
+    if not bool((target == ignore_index).any()):
+        return  # nothing ignored: a batch without positives, as batches may be
+    _IGNORE_WARNED.add(ignore_index)
+    warnings.warn(f"ignore_index={ignore_index} removed every positive of this batch: the kept "
+                  "targets are all 0, so the loss is constant with zero gradient. If "
+                  f"{ignore_index} marks the foreground (a 0/{ignore_index} mask), pass "
+                  f"target / {ignore_index} without ignore_index; if it marks elements to "
+                  "leave out, ignore this (it is said once).", MetricWarning, stacklevel=6)
+
+
 def _multilabel_validate(input: Tensor, target: Tensor) -> None:
     """Multilabel targets hold one 0/1 label per class: the input's shape ``(N, C, *)``."""
     if input.dim() >= 2 and target.shape == input.shape[:1] + input.shape[2:]:

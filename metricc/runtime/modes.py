@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..errors import MetricError
 from .counts import compact_indices
-from .hints import _multilabel_validate, _warn_if_probabilities, label_error
+from .hints import _multilabel_validate, _warn_if_ignore_drops_positives, _warn_if_probabilities, label_error
 from .options import select_classes
 
 
@@ -95,6 +95,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     lo, hi, *trange = (  # a GPU syncs once; on the CPU, stacking costs more than .item()s
         [v.item() for v in stats] if x.device.type == "cpu"
         else torch.stack([v.to(torch.float64) for v in stats]).tolist())
+    if ignore is not None and mode != "multiclass" and trange and trange[0] == trange[1] == 0:
+        _warn_if_ignore_drops_positives(target, ignore)  # +0.0 and int 0 both read 0 here
     if bits:  # an integer min/max is 2.5x faster (NaN and negatives fall outside)
         trange = ([] if 0 <= trange[0] <= trange[1] <= 0x3F800000
                   else [v.item() for v in torch.aminmax(t)])  # the values, for a message
