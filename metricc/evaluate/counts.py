@@ -344,7 +344,13 @@ def exact_value(kernel: Callable[..., Any], counts: list[Any], zero_division: fl
     bad = ~torch.isfinite(out)
     if bool(bad.any()):
         if zero_division is None:
-            where = " or ".join(f"{d} = 0" for d in undefined()) or "these counts"
+            zeros = undefined()
+            if not zeros and bool(torch.isinf(out).any()):  # nothing divides: an overflow
+                raise MetricError("the metric overflows float64 at these counts (past 1.8e308: "
+                                  "exp of a count, a count to the power of a count); rescale "
+                                  "the counts in the formula (exp(TP/n)) or pass "
+                                  "zero_division=<value> to choose what such a case scores")
+            where = " or ".join(f"{d} = 0" for d in zeros) or "these counts"
             raise MetricError(
                 f"the metric is undefined here ({where}); pass zero_division=<value> to "
                 "choose what such a case scores"

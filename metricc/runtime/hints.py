@@ -108,3 +108,16 @@ def integer_preds_error(found: float) -> MetricError:
                        "0/1 labels or scores: pass probabilities in [0, 1] as floats or logits with "
                        "from_logits=True (score() also takes any scores with threshold=<cut>); "
                        "for class labels use mode='multiclass'")
+
+
+def overflow_message(formula: str, losses: Tensor) -> str:
+    """Why a loss of ``formula`` came out non-finite: its value overflowed at this batch's counts.
+
+    >>> overflow_message("exp(exp(exp(TP)))", torch.tensor([float("-inf")]))
+    "the loss of 'exp(exp(exp(TP)))' is -inf at this batch's counts: the formula overflows ..."
+    """
+    bad = losses[~torch.isfinite(losses)].flatten()[0].item()
+    return (f"the loss of {formula!r} is {bad} at this batch's counts: the formula overflows "
+            "(past 3.4e38 in float32, 1.8e308 in float64), as exp of a count or a count to the "
+            "power of a count soon do; rescale the counts (exp(TP/n) with n = TP+FP+FN+TN) or "
+            "bound the formula (min(..., 100)). validate_args=False skips this check")
