@@ -13,8 +13,18 @@ from torch import Tensor
 
 from ..errors import MetricError, MetricWarning
 
-#: Below this many elements a batch of logits may well all lie in [0, 1] by chance.
+#: Below this many scores, logits may well all lie in [0, 1] by chance (a logit lands there
+#: with chance well under 1/2, so 64 in a row is < 1e-19 for logits); above it, scores all
+#: in [0, 1] are probabilities. The count runs over consecutive from_logits batches, so small
+#: batches (8 scores each) gather the same evidence over 8 steps.
 _PROBABILITY_HINT_MIN = 64
+#: Binary/multilabel from_logits scores seen in a row lying in [0, 1] (this process).
+_IN_UNIT_RUN = [0]
+
+
+def note_logits_outside_unit() -> None:
+    """A from_logits batch held a score outside [0, 1]: they are logits; start counting again."""
+    _IN_UNIT_RUN[0] = 0
 
 
 def _warn_if_probabilities(x: Tensor, mode: str) -> None:
@@ -26,9 +36,13 @@ def _warn_if_probabilities(x: Tensor, mode: str) -> None:
         why = "every element's class scores lie in [0, 1] and sum to 1"
         fix = "pass from_logits=False (or the logits before softmax)"
     else:
-        if x.numel() < _PROBABILITY_HINT_MIN:
+        _IN_UNIT_RUN[0] += x.numel()
+        seen = _IN_UNIT_RUN[0]
+        if seen < _PROBABILITY_HINT_MIN:
             return
-        why = f"all {x.numel()} scores lie in [0, 1]"
+        _IN_UNIT_RUN[0] = 0
+        why = (f"all {seen} scores lie in [0, 1]" if seen == x.numel()
+               else f"the last {seen} scores, over several batches, all lie in [0, 1]")
         fix = "pass from_logits=False if they are probabilities (or the logits before sigmoid)"
     warnings.warn(f"input looks like probabilities, but from_logits=True ({why}); {fix}. "
                   "Silence this with validate_args=False or the warnings module if they "

@@ -17,7 +17,13 @@ from torch import Tensor
 
 from ..errors import MetricError
 from .counts import compact_indices
-from .hints import _multilabel_validate, _warn_if_ignore_drops_positives, _warn_if_probabilities, label_error
+from .hints import (
+    _multilabel_validate,
+    _warn_if_ignore_drops_positives,
+    _warn_if_probabilities,
+    label_error,
+    note_logits_outside_unit,
+)
 from .options import select_classes
 
 
@@ -113,6 +119,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                   "first")
     if from_logits and lo >= 0 and hi <= 1:
         _warn_if_probabilities(x, mode)
+    elif from_logits:
+        note_logits_outside_unit()
     if not trange:
         return
     tlo, thi = (v + 0.0 for v in trange)  # + 0.0: -0.0 reads 0 in the message
