@@ -123,8 +123,11 @@ class CountsScoring:
         in multiclass, score it ``zero_division`` in multilabel),
         ``"skip"`` (metricc's loss and score rule, docs/modes.md) or
         ``"include"``. Other keyword arguments go to ``torchmetrics.Metric``
-        (``sync_on_compute``, ``process_group``, ...). Needs ``torchmetrics``;
-        see docs/stateful.md.
+        (``sync_on_compute``, ``process_group``, ...); any other keyword is a
+        :class:`MetricError` with a did-you-mean. Binary and multilabel integer
+        predictions other than 0 and 1 are refused. Supported for 2x2 formulas in
+        every mode and for K x K formulas (their own ``metric()``); curve formulas
+        are being added. Needs ``torchmetrics``; see docs/stateful.md.
 
         >>> import torch, metricc
         >>> iou = metricc.compile("jaccard").metric(mode="multiclass", num_classes=3)
@@ -150,6 +153,9 @@ class CountsScoring:
         Only thresholds meeting ``constraints`` (and the metric's own, when it was
         compiled with constraints) are candidates; with ``confidence=c``, only those whose
         constraints hold on new data with probability ``c`` (``docs/constraints.md``).
+        2x2 formulas on binary scores only: a K x K metric raises :class:`MetricError`, and a
+        curve formula already ranges over thresholds (``best(f1)``). A target of one class
+        gives a :class:`MetricWarning` (nothing to separate).
         """
         from .evaluate.threshold import best_threshold
 
