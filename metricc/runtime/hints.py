@@ -22,14 +22,13 @@ _PROBABILITY_HINT_MIN = 64
 _IN_UNIT_RUN = [0]
 
 
-def note_logits_outside_unit() -> None:
-    """A from_logits batch held a score outside [0, 1]: they are logits; start counting again."""
-    _IN_UNIT_RUN[0] = 0
-
-
-def _warn_if_probabilities(x: Tensor, mode: str) -> None:
+def _warn_if_probabilities(x: Tensor, mode: str, in_unit: bool) -> None:
     """Warn when ``from_logits=True`` input looks like probabilities: the loss would apply a
-    second sigmoid/softmax and train on a squashed, nearly flat signal."""
+    second sigmoid/softmax and train on a squashed, nearly flat signal. ``in_unit``: every
+    score lies in [0, 1] (else they are logits, and the run of such scores starts again)."""
+    if not in_unit:
+        _IN_UNIT_RUN[0] = 0
+        return
     if mode == "multiclass":
         if x.dim() < 2 or not bool(((x.sum(1, dtype=torch.float64) - 1).abs() <= 1e-3).all()):
             return
@@ -53,11 +52,14 @@ def _warn_if_probabilities(x: Tensor, mode: str) -> None:
 _IGNORE_WARNED: set[int] = set()
 
 
-def _warn_if_ignore_drops_positives(target: Tensor, ignore_index: int) -> None:
+def _warn_if_ignore_drops_positives(target: Tensor, ignore_index: int | None, mode: str,
+                                    kept_range: list[float]) -> None:
     """Warn, once per ``ignore_index``, when it removed every positive of a 0/1 batch that held
     some: a 0/255 mask with ``ignore_index=255`` leaves only negatives, a constant loss
-    (1 for F1) with zero gradient. Called only when no kept target is positive."""
-    if ignore_index in _IGNORE_WARNED or ignore_index in (0, 1):
+    (1 for F1) with zero gradient. ``kept_range``: the min and max of the kept targets (as
+    read, float32 ones as int32 bit patterns: +0.0 and 0 both read 0), or empty."""
+    if ignore_index is None or mode == "multiclass" or not kept_range or kept_range[0] != 0 \
+            or kept_range[1] != 0 or ignore_index in _IGNORE_WARNED or ignore_index in (0, 1):
         return
     if not bool((target == ignore_index).any()):
         return  # nothing ignored: a batch without positives, as batches may be

@@ -22,7 +22,6 @@ from .hints import (
     _warn_if_ignore_drops_positives,
     _warn_if_probabilities,
     label_error,
-    note_logits_outside_unit,
 )
 from .options import select_classes
 
@@ -101,8 +100,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     lo, hi, *trange = (  # a GPU syncs once; on the CPU, stacking costs more than .item()s
         [v.item() for v in stats] if x.device.type == "cpu"
         else torch.stack([v.to(torch.float64) for v in stats]).tolist())
-    if ignore is not None and mode != "multiclass" and trange and trange[0] == trange[1] == 0:
-        _warn_if_ignore_drops_positives(target, ignore)  # +0.0 and int 0 both read 0 here
+    _warn_if_ignore_drops_positives(target, ignore, mode, trange)
     if bits:  # an integer min/max is 2.5x faster (NaN and negatives fall outside)
         trange = ([] if 0 <= trange[0] <= trange[1] <= 0x3F800000
                   else [v.item() for v in torch.aminmax(t)])  # the values, for a message
@@ -117,10 +115,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                   "from_logits=False: pass from_logits=True if these are logits, or apply "
                   f"torch.{'softmax(input, 1)' if mode == 'multiclass' else 'sigmoid'} "
                   "first")
-    if from_logits and lo >= 0 and hi <= 1:
-        _warn_if_probabilities(x, mode)
-    elif from_logits:
-        note_logits_outside_unit()
+    if from_logits:
+        _warn_if_probabilities(x, mode, lo >= 0 and hi <= 1)
     if not trange:
         return
     tlo, thi = (v + 0.0 for v in trange)  # + 0.0: -0.0 reads 0 in the message
