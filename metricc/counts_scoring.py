@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import MetricError
+from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
 from .language.symbols import COUNTS
 from .library import micro_tn_refusal
 
@@ -34,6 +35,7 @@ class CountsScoring:
     loss_class: Any
     undefined: list[sympy.Expr]
 
+    @checked_keywords()
     def value(self, tp: Any = None, fp: Any = None, fn: Any = None, tn: Any = None, *,
               zero_division: float | None = None) -> Any:
         """The exact metric at the given counts: a float for numbers, a tensor for tensors.
@@ -52,6 +54,7 @@ class CountsScoring:
         return exact_value(self.loss_class.metric_value, [given[k] for k in _COUNT_ARGS],
                            zero_division, lambda: [str(d) for d in self.undefined])
 
+    @checked_keywords()
     def score(self, preds: Any, target: Any, threshold: float | None = None, *,
               zero_division: float | None = None, mode: str = "binary",
               average: str = "macro", ignore_index: int | None = None, classes: Any = None,
@@ -95,6 +98,7 @@ class CountsScoring:
                      from_logits=from_logits, multidim_average=multidim_average,
                      reduction=reduction)
 
+    @checked_keywords(TORCHMETRICS_OPTIONS)
     def metric(self, *, mode: str = "binary", num_classes: int | None = None,
                threshold: float = 0.5, from_logits: bool = False, average: str = "macro",
                multidim_average: str = "global", ignore_index: int | None = None,
@@ -119,8 +123,11 @@ class CountsScoring:
         in multiclass, score it ``zero_division`` in multilabel),
         ``"skip"`` (metricc's loss and score rule, docs/modes.md) or
         ``"include"``. Other keyword arguments go to ``torchmetrics.Metric``
-        (``sync_on_compute``, ``process_group``, ...). Needs ``torchmetrics``;
-        see docs/stateful.md.
+        (``sync_on_compute``, ``process_group``, ...); any other keyword is a
+        :class:`MetricError` with a did-you-mean. Binary and multilabel integer
+        predictions other than 0 and 1 are refused. Supported for 2x2 formulas in
+        every mode and for K x K formulas (their own ``metric()``); curve formulas
+        are being added. Needs ``torchmetrics``; see docs/stateful.md.
 
         >>> import torch, metricc
         >>> iou = metricc.compile("jaccard").metric(mode="multiclass", num_classes=3)
@@ -137,6 +144,7 @@ class CountsScoring:
             zero_division=zero_division, absent_classes=absent_classes,
             validate_args=validate_args, **kwargs)
 
+    @checked_keywords()
     def best_threshold(self, scores: Any, target: Any, *, zero_division: float | None = None,
                        constraints: Sequence[str] | None = None,
                        confidence: float | None = None) -> ThresholdChoice:
@@ -145,6 +153,9 @@ class CountsScoring:
         Only thresholds meeting ``constraints`` (and the metric's own, when it was
         compiled with constraints) are candidates; with ``confidence=c``, only those whose
         constraints hold on new data with probability ``c`` (``docs/constraints.md``).
+        2x2 formulas on binary scores only: a K x K metric raises :class:`MetricError`, and a
+        curve formula already ranges over thresholds (``best(f1)``). A target of one class
+        gives a :class:`MetricWarning` (nothing to separate).
         """
         from .evaluate.threshold import best_threshold
 

@@ -21,6 +21,7 @@ from .analysis.curve_check import CurveCheckReport, check
 from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational
 from .errors import MetricError
 from .facade import Metric
+from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
 from .language.curve import AreaWithin, CurveFormula
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class CurveMetric(Metric):
         return f" (a curve loss has no {key}: {why})" if why else ""
 
     # --- numeric ---------------------------------------------------------------------------
+    @checked_keywords()
     def value(self, tp: Any, fp: Any, P: Any, N: Any) -> Any:  # type: ignore[override]
         """The exact metric of given curve points: ``tp[k], fp[k]`` ascending in threshold
         (``k = 0``: everything positive, ``tp = P, fp = N``; last: the top point ``0, 0``), as
@@ -163,8 +165,9 @@ class CurveMetric(Metric):
             raise MetricError("the metric is undefined on this curve (P or N is 0?); check the totals")
         return float(out) if out.ndim == 0 else out
 
+    @checked_keywords()
     def score(self, preds: Any, target: Any, *, sample_weight: Any = None,  # type: ignore[override]
-              average: str | None = "macro", **unused: Any) -> float | np.ndarray:
+              average: str | None = "macro") -> float | np.ndarray:
         """The exact metric of scores against labels: every distinct score a threshold.
 
         ``preds`` ``(N,)`` and 0/1 ``target`` ``(N,)`` (binary); ``(N, C)`` both (multilabel);
@@ -176,9 +179,6 @@ class CurveMetric(Metric):
         """
         from .evaluate.curve import column_average
 
-        if unused:
-            raise MetricError(f"score() of a curve metric takes no {', '.join(unused)} (it uses every "
-                              "threshold); options: sample_weight, average")
         what = self.name or "the curve metric"
         return column_average(lambda s, y, w: _exact_value(self._expr, s, y, w), preds, target,
                               sample_weight, average=average, what=what)
@@ -188,6 +188,7 @@ class CurveMetric(Metric):
         raise MetricError("best_threshold applies to metrics at one threshold; a curve metric is over "
                           "all of them (best(f) is the best value of f over thresholds)")
 
+    @checked_keywords(("num_labels", "num_classes", "ignore_index", "from_logits", *TORCHMETRICS_OPTIONS))
     def metric(self, *, thresholds: Any = None, average: str | None = "macro",  # type: ignore[override]
                mode: str = "binary", **kwargs: Any) -> Any:
         """A ``torchmetrics.Metric`` of this curve formula, exact over batches and ranks

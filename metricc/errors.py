@@ -69,7 +69,32 @@ def _close_names(name: str, candidates: list[str]) -> list[str]:
     lowered = {c.lower(): c for c in candidates}
     if name.lower() in lowered and lowered[name.lower()] != name:
         return [lowered[name.lower()]]
-    return difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.75)
+    if close or len(name) > 8:
+        return close
+    # difflib's ratio is too strict for short names: 'qkw' scores 0.67 against 'qwk'. A
+    # short name one edit away (two for 5 to 8 letters; a swap of neighbours is one) is
+    # a likely typo.
+    limit = 1 if len(name) <= 4 else 2
+    near = sorted((d, c) for c in candidates
+                  if abs(len(c) - len(name)) <= limit and (d := _edits(name.lower(), c.lower())) <= limit)
+    return [c for _, c in near[:3]]
+
+
+def _edits(a: str, b: str) -> int:
+    """Damerau distance (optimal string alignment): insertions, deletions, substitutions and
+    swaps of neighbouring letters.
+
+    >>> _edits("qkw", "qwk"), _edits("f1", "f2"), _edits("dice", "dcie")
+    (1, 1, 1)
+    """
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
 
 
 def suggest(name: str, candidates: list[str]) -> str:

@@ -21,6 +21,7 @@ from .analysis.statistics import STATISTICS, Statistic, as_rational
 from .counts_scoring import stateful_module
 from .errors import MetricError
 from .facade import Metric
+from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
 from .language.matrix import MatrixFormula, display
 from .language.parse import parse
 from .language.symbols import A, B, C
@@ -182,6 +183,7 @@ class MatrixMetric(Metric):
                 for p in self.matrix_parameters]
 
     # --- numeric ---------------------------------------------------------------------------
+    @checked_keywords()
     def value(self, matrix: Any, *, zero_division: float | None = None) -> Any:  # type: ignore[override]
         """The exact metric of a ``(K, K)`` confusion matrix (rows true, columns predicted),
         or of each in an ``(R, K, K)`` batch (a float64 tensor then).
@@ -216,9 +218,10 @@ class MatrixMetric(Metric):
             out = torch.where(bad, torch.full_like(out, float(zero_division)), out)
         return float(out[0]) if single else out
 
+    @checked_keywords()
     def score(self, preds: Any, target: Any, *, num_classes: int | None = None,  # type: ignore[override]
               ignore_index: int | None = None, zero_division: float | None = None,
-              mode: str = "multiclass", **unused: Any) -> float:
+              mode: str = "multiclass") -> float:
         """The exact metric on hard labels.
 
         ``preds``: ``(N, K, *)`` scores (argmax over dim 1) or ``(N, *)`` class
@@ -230,13 +233,12 @@ class MatrixMetric(Metric):
         if mode != "multiclass":
             raise MetricError(f"a K x K metric scores multiclass labels; mode={mode!r} does not "
                               "apply")
-        if unused:
-            raise MetricError(f"score() of a K x K metric takes no {', '.join(unused)}")
         m = hard_confusion_matrix(preds, target, num_classes or self.num_classes, ignore_index)
         if not bool(m.sum() > 0):
             raise MetricError("score() needs at least one (not ignored) element")
         return float(self.value(m, zero_division=zero_division))
 
+    @checked_keywords(TORCHMETRICS_OPTIONS)
     def metric(self, *, num_classes: int | None = None,  # type: ignore[override]
                ignore_index: int | None = None, zero_division: float | None = 0.0,
                validate_args: bool = True, **kwargs: Any) -> MatrixStatefulMetric:

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..errors import MetricError
 from ..runtime.averages import class_average_weights, reduce_samples
+from ..runtime.hints import integer_preds_error, label_error
 from ..runtime.modes import _binary_validate, class_rows
 from ..runtime.options import check_class_options, look_up_option, select_classes
 
@@ -62,9 +63,7 @@ def _decision(p: Tensor, threshold: float | None, from_logits: bool) -> tuple[Te
     """
     cut = 0.5 if threshold is None else threshold
     if not p.is_floating_point():
-        if p.dtype != torch.bool and p.numel() and not bool(((p == 0) | (p == 1)).all()):
-            raise MetricError("preds holds integers other than 0 and 1; pass 0/1 labels, or "
-                              "probabilities (or logits with from_logits=True) as floats")
+        check_01_preds(p)
         return p, cut
     if p.numel():
         lo, hi = (float(v) for v in torch.aminmax(p.detach()))
@@ -84,7 +83,7 @@ def _score_binary(value: Value, preds: Any, target: Any, threshold: float | None
     t = torch.as_tensor(target)
     _binary_validate(p, t, ("preds", "target"), "")
     _check_preds(p, t)
-    _check_01(t, None, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
+    _check_01(t, None, "binary")
     scores, cut = _decision(p, threshold, from_logits)
     hard = (scores >= cut) if scores.is_floating_point() else (scores != 0)
     yt = t.to(torch.bool)
@@ -121,7 +120,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
         if p.numel() == 0:
             raise MetricError("score() needs at least one prediction")
         mask = None if ignore_index is None else t != ignore_index
-        _check_01(t, mask, "target must hold only 0 and 1 (for 0/255 masks, divide by 255)")
+        _check_01(t, mask, "binary")
         scores = p
         average = "micro"  # one class: every average is the same
     elif mode == "multilabel":
@@ -219,10 +218,11 @@ def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
     return hard, y, mask
 
 
-def _multilabel(p: Tensor, t: Tensor, threshold: float, ignore_index: int | None
+def _multilabel(p: Tensor, t: Tensor, threshold: float, ignore_index: int | None,
+                mode: str = "multilabel", call: str = "score takes (preds, target)"
                 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(hard, y, mask)`` of multilabel (or ``(N, 1, *)`` binary) hard labels, all classes."""
-    scores = _multilabel_validate_hard(p, t, ignore_index)
+    scores = _multilabel_validate_hard(p, t, ignore_index, mode, call)
     return _hard_rows(scores, t, "multilabel", threshold, ignore_index)
 
 
@@ -233,21 +233,35 @@ def _multiclass(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int
     return _hard_rows(scores, t, "multiclass", 0.5, ignore_index)
 
 
-def _check_01(t: Tensor, mask: Tensor | None, message: str) -> None:
-    """Refuse targets other than 0 and 1 (where ``mask`` is True)."""
+def check_01_preds(p: Tensor) -> None:
+    """Refuse binary/multilabel integer predictions other than 0 and 1 (``3 >= 0.5`` would
+    silently count as a positive)."""
+    if p.dtype != torch.bool and not p.is_floating_point() and p.numel():
+        bad = (p != 0) & (p != 1)
+        if bool(bad.any()):
+            raise integer_preds_error(float(p[bad].flatten()[0]))
+
+
+def _check_01(t: Tensor, mask: Tensor | None, mode: str,
+              call: str = "score takes (preds, target)") -> None:
+    """Refuse targets other than 0 and 1 (where ``mask`` is True), with the loss's message."""
     ok = (t == 0) | (t == 1)
     if not bool((ok if mask is None else ok | ~mask).all()):
-        raise MetricError(message)
+        kept = t if mask is None else t[mask]
+        lo, hi = (float(v) for v in torch.aminmax(kept.double()))
+        raise label_error(mode, lo, hi, hard=True, call=call)
 
 
-def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None) -> Tensor:
-    """Multilabel preds and 0/1 targets of one shape ``(N, C, *)``; returns the preds."""
+def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
+                              mode: str = "multilabel",
+                              call: str = "score takes (preds, target)") -> Tensor:
+    """Multilabel preds and 0/1 targets of one shape ``(N, C, *)``; returns the preds.
+    ``mode`` and ``call`` name the caller in messages (binary rows are ``(N, 1, *)``)."""
     if p.dim() < 2 or p.shape != t.shape:
         raise MetricError(f"mode='multilabel' needs preds and target of the same shape (N, C, *), "
                           f"got {tuple(p.shape)} and {tuple(t.shape)}")
     mask = None if ignore_index is None else t != ignore_index
-    _check_01(t, mask, "multilabel target must hold only 0 and 1"
-              + (f" (or ignore_index={ignore_index})" if ignore_index is not None else ""))
+    _check_01(t, mask, mode, call)
     return p
 
 
@@ -330,7 +344,13 @@ def exact_value(kernel: Callable[..., Any], counts: list[Any], zero_division: fl
     bad = ~torch.isfinite(out)
     if bool(bad.any()):
         if zero_division is None:
-            where = " or ".join(f"{d} = 0" for d in undefined()) or "these counts"
+            zeros = undefined()
+            if not zeros and bool(torch.isinf(out).any()):  # nothing divides: an overflow
+                raise MetricError("the metric overflows float64 at these counts (past 1.8e308: "
+                                  "exp of a count, a count to the power of a count); rescale "
+                                  "the counts in the formula (exp(TP/n)) or pass "
+                                  "zero_division=<value> to choose what such a case scores")
+            where = " or ".join(f"{d} = 0" for d in zeros) or "these counts"
             raise MetricError(
                 f"the metric is undefined here ({where}); pass zero_division=<value> to "
                 "choose what such a case scores"

@@ -29,7 +29,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from ..errors import MetricError
 from ..runtime.averages import class_average_weights
 from ..runtime.options import MULTIDIM_AVERAGES, check_class_options, check_flag, select_classes
-from .counts import _multiclass, _multilabel
+from .counts import _multiclass, _multilabel, check_01_preds
 from .matrix import hard_confusion_matrix
 
 #: A compiled :class:`metricc.Metric`; not imported, as metric.py imports this module.
@@ -41,6 +41,7 @@ __all__ = ["ABSENT_CLASSES", "MatrixStatefulMetric", "StatefulMetric"]
 #: class with no target and no prediction (``TP + FP + FN = 0``).
 ABSENT_CLASSES = ("torchmetrics", "skip", "include")
 _STATES = ("tp", "fp", "fn", "tn")
+_CALL = "update takes (preds, target)"  # for the swapped-arguments hint
 
 
 class StatefulMetric(_TorchMetric):
@@ -174,6 +175,8 @@ class StatefulMetric(_TorchMetric):
             raise err("preds and target must be real tensors")
         if self.validate_args and preds.is_floating_point():
             self._check_scores(preds)
+        if self.mode != "multiclass":  # integer 3 would count as a positive (3 >= 0.5)
+            check_01_preds(preds)
         p = preds
         if self.from_logits and p.is_floating_point() and self.mode != "multiclass":
             p = torch.sigmoid(p)  # argmax (multiclass) is the same on logits and probabilities
@@ -183,12 +186,12 @@ class StatefulMetric(_TorchMetric):
                           f"{tuple(target.shape)}")
             n = p.shape[0] if p.dim() else 1
             return _multilabel(p.reshape(n, 1, -1), target.reshape(n, 1, -1), self.threshold,
-                               self.ignore_index)
+                               self.ignore_index, "binary", _CALL)
         if self.mode == "multilabel":
             if p.dim() < 2 or p.shape[1] != self.num_classes:
                 raise err(f"mode='multilabel' with num_classes={self.num_classes} needs preds of "
                           f"shape (N, {self.num_classes}, *), got {tuple(p.shape)}")
-            return _multilabel(p, target, self.threshold, self.ignore_index)
+            return _multilabel(p, target, self.threshold, self.ignore_index, "multilabel", _CALL)
         return _multiclass(p, target, self.ignore_index, self.num_classes)
 
     def _check_scores(self, preds: Tensor) -> None:

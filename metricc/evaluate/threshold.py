@@ -18,12 +18,13 @@ sums, and the metric is evaluated on all of them in one vectorised call.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from ..errors import MetricError
+from ..errors import MetricError, MetricWarning
 
 __all__ = ["ThresholdChoice", "ThresholdCounts", "best_threshold", "threshold_counts"]
 
@@ -214,6 +215,7 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
                                       or not isinstance(zero_division, (int, float))):
         raise MetricError(f"zero_division must be a number, got {zero_division!r}")
     c = threshold_counts(scores, target)
+    _warn_single_class(c)
     import torch
 
     values = metric.value(*(torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)),
@@ -234,6 +236,20 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     if bounds is None:
         return ThresholdChoice(float(c.thresholds[i]), float(values[i]))
     return ThresholdChoice(float(c.thresholds[i]), float(values[i]), float(confidence), bounds(i))
+
+
+def _warn_single_class(c: ThresholdCounts) -> None:
+    """A target of one class leaves nothing to separate: every threshold's counts are
+    exact, but the choice says nothing about new data with both classes."""
+    positives, negatives = c.tp[0] + c.fn[0], c.fp[0] + c.tn[0]
+    if positives and negatives:
+        return
+    which = "positive (1)" if positives else "negative (0)"
+    # stacklevel 5: here, evaluate.best_threshold, Metric.best_threshold, its keyword check, user
+    warnings.warn(f"best_threshold: every one of the {int(positives + negatives)} targets is "
+                  f"{which}, so no threshold separates the classes and the one returned fits "
+                  "this one class only; choose it on held-out data holding both classes",
+                  MetricWarning, stacklevel=5)
 
 
 def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts,

@@ -60,8 +60,19 @@ def _keyword_hint(text: str, at: int) -> str:
             f"metricc.compile({target}, {args}), or {flags} on the command line)")
 
 
+#: Python words a formula may be written with by habit (``and`` joins constraints).
+_PYTHON_WORDS = frozenset({"if", "else", "elif", "or", "not", "lambda", "for", "in", "is",
+                           "while", "return", "def"})
+
+
 def _implicit_product_hint(text: str, tok: Token) -> str:
-    """`` (multiplication needs '*': write 2*TP)`` where a number or ``)`` directly precedes."""
+    """`` (multiplication needs '*': write 2*TP)`` where a number or ``)`` directly precedes;
+    the note for a Python keyword (``... if TP else 0``) where one stands."""
+    if tok.type == "NAME" and str(tok) in _PYTHON_WORDS:
+        return (f" ('{tok}' is Python; the formula language has no conditionals or Python "
+                "keywords: write the cases with max/min (max(TP - FP, 0)) or name parts in "
+                "bindings (`p = TP/(TP+FP)` on its own line); where a formula is undefined (0/0) "
+                "the loss guards it and value()/score() take zero_division=)")
     before = text[: tok.start_pos or 0].rstrip(" \t")
     left = re.search(r"(\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+|\))$", before)
     if left is None:

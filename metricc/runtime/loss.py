@@ -18,6 +18,7 @@ from ..errors import MetricError
 from .averages import average_rows, predicted, reduce_samples
 from .counts import _HALF_MAX, _rows, _wide, indices_in_range, soft_counts
 from .distributed import count_pool
+from .hints import overflow_message
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .modes import class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
@@ -217,8 +218,9 @@ class MetricLoss(torch.nn.Module):
         batch, before any pooling; float64, detached), which the averages need."""
         fl = self.from_logits if from_logits is None else from_logits
         if self.backward_mode == "symbolic":
-            return self._function.apply(s, y, w, self.count_relax, fl, self.eps, self.pool,
-                                        self.soft_label)
+            out = self._function.apply(s, y, w, self.count_relax, fl, self.eps, self.pool,
+                                       self.soft_label)
+            return self._finite(out[0]), out[1]
         # Same dtype path as the symbolic backward: float32 at least.
         work = _wide(s.dtype)
         sw = s.to(work)
@@ -231,7 +233,15 @@ class MetricLoss(torch.nn.Module):
             counts = self.pool(counts, differentiable=True)
         value = _rows(self.metric_value(*counts, self.eps), counts[0])
         loss = 1 - value if self.higher_is_better else value
-        return loss.to(work), support
+        return self._finite(loss.to(work)), support
+
+    def _finite(self, losses: Tensor) -> Tensor:
+        """``losses``, refused when not finite (eager, ``validate_args``): the kernels guard
+        0/0 with ``eps``, so an inf or NaN is the formula overflowing (``exp(exp(TP))``)."""
+        if self.validate_args and not torch.compiler.is_compiling() \
+                and not bool(torch.isfinite(losses).all()):
+            raise MetricError(overflow_message(type(self).formula, losses))
+        return losses
 
     def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
         """The loss; ``weight`` (``>= 0``, broadcastable to ``target``) counts each element

@@ -17,7 +17,12 @@ from torch import Tensor
 
 from ..errors import MetricError
 from .counts import compact_indices
-from .hints import _multilabel_validate, _warn_if_probabilities
+from .hints import (
+    _multilabel_validate,
+    _warn_if_ignore_drops_positives,
+    _warn_if_probabilities,
+    label_error,
+)
 from .options import select_classes
 
 
@@ -95,6 +100,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     lo, hi, *trange = (  # a GPU syncs once; on the CPU, stacking costs more than .item()s
         [v.item() for v in stats] if x.device.type == "cpu"
         else torch.stack([v.to(torch.float64) for v in stats]).tolist())
+    _warn_if_ignore_drops_positives(target, ignore, mode, trange)
     if bits:  # an integer min/max is 2.5x faster (NaN and negatives fall outside)
         trange = ([] if 0 <= trange[0] <= trange[1] <= 0x3F800000
                   else [v.item() for v in torch.aminmax(t)])  # the values, for a message
@@ -109,8 +115,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                   "from_logits=False: pass from_logits=True if these are logits, or apply "
                   f"torch.{'softmax(input, 1)' if mode == 'multiclass' else 'sigmoid'} "
                   "first")
-    if from_logits and lo >= 0 and hi <= 1:
-        _warn_if_probabilities(x, mode)
+    if from_logits:
+        _warn_if_probabilities(x, mode, lo >= 0 and hi <= 1)
     if not trange:
         return
     tlo, thi = (v + 0.0 for v in trange)  # + 0.0: -0.0 reads 0 in the message
@@ -124,13 +130,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                       f"(indices 0 to {c - 1}); set ignore_index={bad} if it marks "
                       "elements to leave out")
     elif tlo < 0 or thi > 1:
-        hint = (" For 0/255 masks pass target / 255 (or ignore_index=255 if 255 marks "
-                "elements to leave out)." if thi == 255
-                else " Are input and target swapped? forward takes (input, target)."
-                if tlo < 0 else "")
-        raise err(f"target has values outside [0, 1] (min {tlo:.4g}, max {thi:.4g}); "
-                  f"{'binary' if mode == 'binary' else mode} targets are 0/1, "
-                  "or soft labels in [0, 1]." + hint)
+        raise label_error(mode, tlo, thi, hard=False)
 
 
 def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
