@@ -246,6 +246,8 @@ class MetricLoss(torch.nn.Module):
     def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
         """The loss; ``weight`` (``>= 0``, broadcastable to ``target``) counts each element
         that many times: integer weights equal repeating the elements."""
+        # A hot path, kept in one piece past 80 lines: it runs on every call, and each
+        # helper call costs a Python frame that small batches measure (docs/performance.md).
         # Targets are labels: no gradient flows into them, whichever the backward (the
         # symbolic backward never gave one; autograd would have).
         target = target.detach() if isinstance(target, Tensor) else target

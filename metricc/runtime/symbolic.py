@@ -116,6 +116,8 @@ def host_gradient(ctx: Any, grad: Tensor) -> Tensor:
 def symbolic_function(cls: Any) -> Any:
     """A ``torch.autograd.Function`` whose backward uses the metric's symbolic partials;
     ``cls`` is the ``MetricLoss`` subclass holding the kernels."""
+    # A hot path, kept in one piece past 80 lines: forward and backward run on every loss
+    # call, and each helper call costs a Python frame that small batches measure.
     sign = -1.0 if cls.higher_is_better else 1.0
     twin = cls._host_coefficients
 
