@@ -199,7 +199,7 @@ def metric_table(cmp: dict, key: str, datasets: Sequence[str], methods: Sequence
     for m in methods:
         c = cmp[m, key]
         tally = "—" if m == "bce" else f"{c['higher_mean']}/{len(datasets)}"
-        sig = "—" if m == "bce" or m in BASELINES else f"{c['better']} / {c['worse']}"
+        sig = "—" if m == "bce" else f"{c['better']} / {c['worse']}"
         lines.append(f"| {m} | " + " | ".join(_cell(c["sets"][d]) for d in datasets)
                      + f" | {c['mean']:.3f} | {tally} | {sig} |")
     return lines
@@ -230,8 +230,29 @@ def write_report(out: Path, rows: list[dict], meta: dict) -> None:
     ]
     for key, title in (("auroc", "Test AUROC"), ("ap", "Test average precision")):
         lines += [f"## {title}", "", *metric_table(cmp, key, datasets, methods), ""]
+    lines += ["## Reading", "", *reading(cmp, len(datasets)), ""]
     (out / "curve_evidence.md").write_text("\n".join(lines), encoding="utf-8")
     (out / "curve_evidence.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+
+def reading(cmp: dict, n_sets: int) -> list[str]:
+    """The rule, stated before the run: recommend the metricc variant with the highest mean AP
+    among those at least BCE's mean on both metrics and significantly worse on no set; else BCE."""
+    base = {k: cmp["bce", k]["mean"] for k in ("auroc", "ap")}
+    ok = [m for m in OURS if (m, "ap") in cmp and all(
+        cmp[m, k]["mean"] >= base[k] and cmp[m, k]["worse"] == 0 for k in ("auroc", "ap"))]
+    lines = [f"- {m}: mean AUROC {cmp[m, 'auroc']['mean'] - base['auroc']:+.3f}, mean AP "
+             f"{cmp[m, 'ap']['mean'] - base['ap']:+.3f} against BCE; significantly better / worse on "
+             f"{cmp[m, 'auroc']['better']} / {cmp[m, 'auroc']['worse']} sets (AUROC), "
+             f"{cmp[m, 'ap']['better']} / {cmp[m, 'ap']['worse']} (AP) of {n_sets}"
+             for m in OURS if (m, "ap") in cmp]
+    if not ok:
+        return [*lines, "", "Recommended on this evidence: **use BCE** (no metricc variant is at least "
+                "BCE's mean on both metrics without a set where it is significantly worse)."]
+    best = max(ok, key=lambda m: cmp[m, "ap"]["mean"])
+    return [*lines, "", f"Recommended on this evidence: **{best}** (the rule: highest mean AP among "
+            "the variants at least BCE's mean on both metrics and significantly worse on no set); "
+            "differences this small are a tie with BCE, not a gain."]
 
 
 FIELDS = ["dataset", "method", "fold", "seed", "auroc", "ap"]
