@@ -399,3 +399,16 @@ def test_metric_from_the_facade_equals_torchmetrics_over_batches() -> None:
             refs[k].update(p, y)
     for k in ours:  # torchmetrics forms its curve in float32
         assert float(ours[k].compute()) == pytest.approx(float(refs[k].compute()), abs=2e-6)
+
+
+@pytest.mark.parametrize("width", [1, 3])
+def test_non_contiguous_multilabel_input_equals_the_contiguous_one(width: int) -> None:
+    loss = metricc.compile("auroc").loss(from_logits=True, mode="multilabel", width=width)
+    x = torch.randn(3, 40, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    y = (torch.rand(40, 3, generator=torch.Generator().manual_seed(1)) < 0.3).double()
+    a = x.clone().requires_grad_(True)
+    b = x.clone().requires_grad_(True)
+    va, vb = loss(a.T, y), loss(b.T.contiguous(), y)  # a transposed view: no .view(-1) possible
+    va.backward()
+    vb.backward()
+    assert torch.equal(va, vb) and torch.equal(a.grad, b.grad)

@@ -168,8 +168,8 @@ def _histogram(u: Tensor, neg: Tensor, mass: Tensor | None, rows: int, bins: int
         f = u.sub_(k)  # u is not needed after this (width 1)
         # a NaN position casts to an arbitrary integer: clamped to a valid bin, its NaN f
         # then marks the histogram (checked by the caller)
-        idx = _offset(k, neg, rows, bins).to(torch.int64).clamp_(0, size - 1).view(-1)
-        frac = _scatter(size, idx, f.view(-1) if mass is None else f.mul_(mass).view(-1))
+        idx = _offset(k, neg, rows, bins).to(torch.int64).clamp_(0, size - 1).reshape(-1)
+        frac = _scatter(size, idx, f.reshape(-1) if mass is None else f.mul_(mass).reshape(-1))
         hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
         hist[1:] += frac[:-1]  # k + 1 stays in its row: frac is 0 at each row's last bin
         return hist, idx
@@ -181,7 +181,7 @@ def _histogram(u: Tensor, neg: Tensor, mass: Tensor | None, rows: int, bins: int
     for j in range(1 - width, width + 1):
         tap = (1 - (f - j).abs_() / width) / width
         tap = tap if mass is None else tap.mul_(mass)
-        hist.scatter_add_(0, ((k + j).clamp_(0, bins - 1) + base).view(-1), tap.view(-1))
+        hist.scatter_add_(0, ((k + j).clamp_(0, bins - 1) + base).reshape(-1), tap.reshape(-1))
     return hist, base
 
 
@@ -193,7 +193,7 @@ def _tap_adjoint(u: Tensor, base: Tensor, adj: Tensor, bins: int, width: int) ->
     grad = torch.zeros_like(u)
     for j in range(1 - width, width + 1):
         slope = torch.sign(f - j).neg_() / (width * width)
-        grad += adj.index_select(0, ((k + j).clamp_(0, bins - 1) + base).view(-1)).view(u.shape) * slope
+        grad += adj.index_select(0, ((k + j).clamp_(0, bins - 1) + base).reshape(-1)).view(u.shape) * slope
     return grad
 
 
