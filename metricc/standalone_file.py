@@ -122,7 +122,8 @@ def standalone_source(metric: Metric, class_name: str | None = None,
                           "metricc.compile(...).loss() in Python, or compile the objective alone")
     cls = metric.loss_class
     name = class_name or cls.__name__
-    check_class_name(name, metric.kernels_source, cls.__name__)
+    base = metric.statistic.loss_class.rpartition(".")[2]
+    check_class_name(name, metric.kernels_source, cls.__name__, base)
     chosen = {**({"relaxation": relaxation} if relaxation is not None else {}),
               **{k: plain_option(k, v) for k, v in defaults.items()}}
     # The in-process loss validates the options with the same code the file will run.
@@ -131,7 +132,6 @@ def standalone_source(metric: Metric, class_name: str | None = None,
     attributes = [("formula", metric.text.strip()), ("higher_is_better", metric.higher_is_better)]
     attributes += [(k, v) for k, v in metric.loss_attributes().items()
                    if not k.startswith("__") and v != ""]
-    base = statistic.loss_class.rpartition(".")[2]
     spec = StandaloneSpec(
         class_name=name, base=base, kernels_source=metric.kernels_source,
         kernel_names=statistic.kernel_names, attributes=tuple(attributes),
