@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .analysis.counts_check import CheckReport
 from .emit.loss_class import loss_parameters
 from .emit.standalone import StandaloneSpec, check_class_name, emit_standalone, literal, plain_option
 from .errors import MetricError
@@ -54,6 +55,7 @@ def _undefined(report: Any) -> list[str]:
 
 def _counts_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
     report = metric.check()
+    assert isinstance(report, CheckReport)  # a 2x2 metric's (K x K ones: _matrix_doc)
     gradient = metric.gradient
     width = max(len(k) for k in gradient)
     doc = _header(metric, name, "confusion-matrix metric")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import lark
 import sympy
@@ -534,7 +534,8 @@ def _syntax_tree(text: str, pos: _Position, start: str = "start") -> Any:
             raise e.orig_exc from None
         raise
     except lark.exceptions.UnexpectedCharacters as e:
-        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        at = cast(int, e.pos_in_stream)  # lark types the class attribute (None); raised, it is an int
+        ch = text[at] if at < len(text) else ""
         hint = ""
         if ch in "'\"":
             hint = "; formulas have no strings"
@@ -875,7 +876,9 @@ def _library_formula(name: str) -> Formula:
     metric = lookup(name)
     assert metric is not None
     f = parse(metric.formula)
-    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {}, (metric.name,))
+    # A 2x2 library metric's defaults are numbers (string ones are K x K matrices).
+    defaults = cast("dict[str, float]", dict(metric.params))
+    return Formula(f.text, f.expr, f.parameters, defaults, {}, (metric.name,))
 
 
 def check_single_identifier(text: str) -> None:

@@ -37,14 +37,19 @@ _MAX_PROOF_OPS = 600
 class Metric(Protocol):
     """What :func:`verify` needs of a :class:`metricc.Metric` (no import of it: no cycle)."""
 
-    expr: sympy.Expr
-    parameters: dict[str, float]
-    higher_is_better: bool
+    @property
+    def expr(self) -> sympy.Expr: ...
+
+    @property
+    def parameters(self) -> dict[str, Any]: ...
+
+    @property
+    def higher_is_better(self) -> bool: ...
 
     @property
     def kernels_source(self) -> str: ...
 
-    def loss(self, relaxation: str = ..., *, warn_monotonicity: bool = ...,
+    def loss(self, relaxation: str | None = ..., *, warn_monotonicity: bool = ...,
              **options: Any) -> Any: ...
 
 
@@ -505,8 +510,9 @@ def _host_twin_check(metric: Metric, report: VerificationReport, seed: int,
         return
     rng = random.Random(seed)
     cases = [(0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 3.0, 5.0), (3.0, 0.0, 0.0, 5.0), (2.0, 1.0, 0.0, 0.0)]
-    cases += [tuple(float(rng.choice([0, rng.randint(1, 60), rng.random() * 1e4]))
-                    for _ in range(4)) for _ in range(points)]
+    for _ in range(points):
+        tp, fp, fn, tn = (float(rng.choice([0, rng.randint(1, 60), rng.random() * 1e4])) for _ in range(4))
+        cases.append((tp, fp, fn, tn))
     for counts in cases:
         for eps in (1e-7, 0.0):
             want = [float(torch.zeros(1, dtype=torch.float64) + v) for v in
