@@ -18,6 +18,7 @@ import argparse
 import datetime
 import math
 import socket
+import sys
 
 import torch
 import torch.distributed as dist
@@ -75,6 +76,9 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+        # Flush before the process ends: what a rank printed must not be lost at exit.
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> None:

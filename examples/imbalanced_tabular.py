@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import importlib.util
 import io
 import itertools
@@ -60,6 +61,7 @@ try:
 except ImportError:  # running from a checkout without installing it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import metricc
+from metricc.runtime.loss import MetricLoss
 
 # The losses, written as formulas over the confusion matrix (what a user would type).
 LOSS_FORMULAS: dict[str, str] = {
@@ -162,7 +164,7 @@ DATASETS: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {
     "breast_cancer_9pct": _breast_cancer_9pct,
     "make_classification": _make_classification,
     "digits_8_vs_rest": _digits_8_vs_rest,
-    **{name: (lambda name=name: load_keel(name)) for name in KEEL_FILES},
+    **{name: functools.partial(load_keel, name) for name in KEEL_FILES},
 }
 QUICK_DATASETS = ("breast_cancer_9pct", "make_classification", "ecoli1")
 # Development sets: training recipes are chosen on these only; the other 14 are held out
@@ -365,6 +367,13 @@ def train_folds(X: np.ndarray, y: np.ndarray, fit_sets: Sequence[np.ndarray], cf
     return out
 
 
+def _metric_loss(formula: str, **options: Any) -> MetricLoss:
+    """A 2x2 metric's loss from logits: a ``MetricLoss`` (``row_losses`` is used below)."""
+    loss = metricc.compile(formula).loss("anyloss", from_logits=True, **options)
+    assert isinstance(loss, MetricLoss)  # no constraints, not K x K: always a MetricLoss
+    return loss
+
+
 def _train_group(X: np.ndarray, y: np.ndarray, fit_sets: Sequence[np.ndarray], cfg: Config,
                  width: int, recipes: Sequence[Recipe], batch_fraction: float, progress: bool,
                  dtype: torch.dtype) -> np.ndarray:
@@ -381,8 +390,7 @@ def _train_group(X: np.ndarray, y: np.ndarray, fit_sets: Sequence[np.ndarray], c
     net = BatchedMLP(X.shape[1], (width,), len(recipes), n_folds, cfg.seeds, dtype)
     opt = torch.optim.Adam(net.params, lr=cfg.lr, fused=True)
     metric_losses = {
-        i: metricc.compile(LOSS_FORMULAS[r.loss]).loss(
-            "anyloss", amplifier=r.amplifier, from_logits=True, memory_decay=r.memory_decay)
+        i: _metric_loss(LOSS_FORMULAS[r.loss], amplifier=r.amplifier, memory_decay=r.memory_decay)
         for i, r in enumerate(recipes) if r.loss in LOSS_FORMULAS
     }
     n_batches = max(1, round(1 / batch_fraction))
@@ -682,7 +690,8 @@ def _method_table(res: Results, recipes: Sequence[Recipe], widths: Sequence[int]
 
 def write_final(out: Path, rows: list[dict], meta: dict) -> dict:
     """results.md and ranks.png of the final run; returns the headline numbers."""
-    cfg = Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
+    cfg = Config(**fields)
     datasets = meta["datasets"]
     recipes = [r for r in recipes_for("final") if r.key in meta["recipes"]]
     widths = cfg.widths
@@ -763,8 +772,8 @@ def write_final(out: Path, rows: list[dict], meta: dict) -> dict:
                     continue
                 wtl = win_tie_loss({d: res[w, d, ours, "f1"] for d in ds},
                                    {d: res[w, d, "f1@0.5", "f1"] for d in ds}, ds)
-                a, b = mean_f1(res, w, ds, "f1@0.5"), mean_f1(res, w, ds, ours)
-                lines.append(f"| {w} | {name} | {a:.3f} | {b:.3f} | {b - a:+.3f} | "
+                f_half, f_ours = mean_f1(res, w, ds, "f1@0.5"), mean_f1(res, w, ds, ours)
+                lines.append(f"| {w} | {name} | {f_half:.3f} | {f_ours:.3f} | {f_ours - f_half:+.3f} | "
                              f"{wtl[0]} / {wtl[1]} / {wtl[2]} |")
         lines.append("")
     lines += [
@@ -858,8 +867,8 @@ def write_final(out: Path, rows: list[dict], meta: dict) -> dict:
             "|---|" + "---:|" * len(key_methods),
         ]
         for d in datasets:
-            means = [res[w, d, m, "f1"].mean() for m in key_methods]
-            cells = [f"**{v:.3f}**" if np.isclose(v, max(means)) else f"{v:.3f}" for v in means]
+            row_means = [res[w, d, m, "f1"].mean() for m in key_methods]
+            cells = [f"**{v:.3f}**" if np.isclose(v, max(row_means)) else f"{v:.3f}" for v in row_means]
             lines.append(f"| {d}{' (dev)' if d in DEV_DATASETS else ''} | "
                          + " | ".join(cells) + " |")
     lines += [
@@ -912,7 +921,8 @@ def write_rank_plot(path: Path, ranks: dict[int, np.ndarray], methods: Sequence[
 
 def write_dev(out: Path, rows: list[dict], meta: dict) -> dict:
     """development.md: the candidates on the development sets and the rule's choice."""
-    cfg = Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
+    cfg = Config(**fields)
     datasets = meta["datasets"]
     recipes = [r for r in recipes_for("dev") if r.key in meta["recipes"]]
     res = summarise(rows, datasets, cfg.widths, recipes)
@@ -1046,7 +1056,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tqdm import tqdm
 
     t0 = time.perf_counter()
-    rows: list[dict] = []
+    rows = []
     # Largest first, so that two workers finish together.
     sizes = {d: len(DATASETS[d]()[1]) for d in datasets}
     tasks = sorted(((d, w, cfg, recipes, False) for d in datasets for w in cfg.widths),

@@ -96,7 +96,7 @@ class Segmenter(L.LightningModule):
         logits = self(x)
         ce = F.cross_entropy(logits, y)
         dice_term = self.dice_loss(logits, y)
-        loss = ce + self.hparams.lam * dice_term
+        loss = ce + self.hparams["lam"] * dice_term
         self.train_dice.update(logits.detach(), y)
         self.log_dict({"train/loss": loss, "train/ce": ce, "train/soft_dice_loss": dice_term},
                       on_step=False, on_epoch=True)
@@ -118,7 +118,7 @@ class Segmenter(L.LightningModule):
         self.val_dice_per_class.reset()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.Adam(self.parameters(), lr=self.hparams["lr"])
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:

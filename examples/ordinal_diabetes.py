@@ -88,11 +88,11 @@ def qwk_score(y: np.ndarray, p: np.ndarray) -> float:
     return float(cohen_kappa_score(y, p, weights="quadratic", labels=list(range(GRADES))))
 
 
-def run(seeds: int, folds: int, budgets: Sequence[int]) -> list[dict[str, object]]:
+def run(seeds: int, folds: int, budgets: Sequence[int]) -> list[dict[str, float | str]]:
     from sklearn.model_selection import StratifiedKFold
 
     X, y = load()
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, float | str]] = []
     fns = losses()
     for seed in range(seeds):
         splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(X, y)
@@ -112,7 +112,7 @@ def run(seeds: int, folds: int, budgets: Sequence[int]) -> list[dict[str, object
     return rows
 
 
-def summarise(rows: list[dict[str, object]]) -> list[str]:
+def summarise(rows: list[dict[str, float | str]]) -> list[str]:
     lines = ["| epochs | loss | test QWK mean ± sd | median | accuracy | MAE (grades) | "
              "better than CE in | Wilcoxon p vs CE |", "|---|---|---|---|---|---|---|---|"]
     for epochs in dict.fromkeys(int(r["epochs"]) for r in rows):  # type: ignore[call-overload]
@@ -120,7 +120,7 @@ def summarise(rows: list[dict[str, object]]) -> list[str]:
     return lines
 
 
-def _summary(rows: list[dict[str, object]], epochs: int) -> list[str]:
+def _summary(rows: list[dict[str, float | str]], epochs: int) -> list[str]:
     from scipy.stats import wilcoxon
 
     names = list(dict.fromkeys(str(r["loss"]) for r in rows))
@@ -142,7 +142,7 @@ def _summary(rows: list[dict[str, object]], epochs: int) -> list[str]:
     return lines
 
 
-def plot(rows: list[dict[str, object]], path: Path) -> None:
+def plot(rows: list[dict[str, float | str]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

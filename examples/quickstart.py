@@ -5,6 +5,8 @@ Run: python examples/quickstart.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 import metricc
@@ -17,7 +19,8 @@ def make_data(n: int, positive_rate: float, gen: torch.Generator) -> tuple[torch
     return x, y
 
 
-def train(loss_fn: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 300) -> torch.nn.Module:
+def train(loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+          steps: int = 300) -> torch.nn.Module:
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.05)

@@ -105,8 +105,8 @@ def build_constraints(formula: Formula | None, extra: Iterable[str],
     if isinstance(extra, str):
         raise MetricError("constraints must be a list of strings, e.g. ['recall >= 0.9'], "
                           f"not one string {extra!r}")
-    out = [_constraint(p, formula.text, make_metric)
-           for p in (formula.constraints if formula is not None else ())]
+    out = [] if formula is None else [_constraint(p, formula.text, make_metric)
+                                      for p in formula.constraints]
     for text in extra:
         out.append(_constraint(parse_constraint(text), text, make_metric))
     return tuple(out)
@@ -277,7 +277,7 @@ class ConstraintMethods:
         """
         if self._plain is None:
             m: Any = self
-            plain = type(self)(m.formula, m.parameters, m.name, m.higher_is_better)  # type: ignore[call-arg]
+            plain = type(m)(m.formula, m.parameters, m.name, m.higher_is_better)
             plain._loss_class, plain._kernels_source = m.loss_class, m.kernels_source
             self._plain = plain
         return self._plain

@@ -8,7 +8,7 @@ kernel, the options) to :mod:`metricc.evaluate`. K x K metrics override them
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import MetricError
@@ -19,6 +19,7 @@ from .library import micro_tn_refusal
 if TYPE_CHECKING:
     import sympy
 
+    from .constraints import Constraint
     from .evaluate.stateful import StatefulMetric
     from .evaluate.threshold import ThresholdChoice
 
@@ -32,8 +33,15 @@ class CountsScoring:
 
     expr: sympy.Expr
     name: str | None
+    text: str
+    higher_is_better: bool
+    constraints: tuple[Any, ...]
     loss_class: Any
-    undefined: list[sympy.Expr]
+    if TYPE_CHECKING:  # given by the class this mixes into (a property of Metric)
+        @property
+        def undefined(self) -> list[sympy.Expr]: ...
+
+        def parse_constraints(self, texts: Iterable[str]) -> tuple[Constraint, ...]: ...
 
     @checked_keywords()
     def value(self, tp: Any = None, fp: Any = None, fn: Any = None, tn: Any = None, *,

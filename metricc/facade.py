@@ -37,6 +37,7 @@ from .library import micro_tn_refusal
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from .analysis.matrix_check import MatrixCheckReport
     from .verify.counts import VerificationReport
 
 # emit (through SymPy's TorchPrinter) and evaluate import torch: they are imported where
@@ -155,8 +156,9 @@ class Metric(CountsScoring, ConstraintMethods):
                 self.expr, self.matrix_parameters)
         return self._kernels_source
 
-    def check(self) -> CheckReport:
-        """Where the metric is undefined, its monotonicity in each count and its range.
+    def check(self) -> CheckReport | MatrixCheckReport:
+        """Where the metric is undefined, its monotonicity in each count and its range
+        (a :class:`~metricc.analysis.matrix_check.MatrixCheckReport` for K x K metrics).
 
         Decided symbolically where SymPy can, else by sampling (each verdict says
         which); see :func:`metricc.analysis.counts_check.check`. Computed once per metric.

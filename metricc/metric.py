@@ -123,7 +123,7 @@ def _rebuild_loss(recipe: tuple[Any, ...]) -> Any:
     """Unpickle a loss module written by an earlier release: an empty instance of its
     metric's (re)compiled loss class; pickle then restores its state with ``__setstate__``."""
     cls = _rebuild_loss_class(recipe)
-    return cls.__new__(cls)
+    return object.__new__(cls)  # what cls.__new__ is: loss classes define no __new__
 
 
 def _reduce_loss(self: Any, protocol: int) -> tuple[Any, ...]:

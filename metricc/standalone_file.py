@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .analysis.counts_check import CheckReport
 from .emit.loss_class import loss_parameters
 from .emit.standalone import StandaloneSpec, check_class_name, emit_standalone, literal, plain_option
 from .errors import MetricError
@@ -54,6 +55,7 @@ def _undefined(report: Any) -> list[str]:
 
 def _counts_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
     report = metric.check()
+    assert isinstance(report, CheckReport)  # a 2x2 metric's (K x K ones: _matrix_doc)
     gradient = metric.gradient
     width = max(len(k) for k in gradient)
     doc = _header(metric, name, "confusion-matrix metric")
@@ -145,7 +147,8 @@ def standalone_source(metric: Metric, class_name: str | None = None,
                           "metricc.compile(...).loss() in Python, or compile the objective alone")
     cls = metric.loss_class
     name = class_name or cls.__name__
-    check_class_name(name, metric.kernels_source, cls.__name__)
+    base = metric.statistic.loss_class.rpartition(".")[2]
+    check_class_name(name, metric.kernels_source, cls.__name__, base)
     chosen = {**({"relaxation": relaxation} if relaxation is not None else {}),
               **{k: plain_option(k, v) for k, v in defaults.items()}}
     # The in-process loss validates the options with the same code the file will run.
@@ -154,7 +157,6 @@ def standalone_source(metric: Metric, class_name: str | None = None,
     attributes = [("formula", metric.text.strip()), ("higher_is_better", metric.higher_is_better)]
     attributes += [(k, v) for k, v in metric.loss_attributes().items()
                    if not k.startswith("__") and v != ""]
-    base = statistic.loss_class.rpartition(".")[2]
     spec = StandaloneSpec(
         class_name=name, base=base, kernels_source=metric.kernels_source,
         kernel_names=statistic.kernel_names, attributes=tuple(attributes),

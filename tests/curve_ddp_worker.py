@@ -72,9 +72,11 @@ def main(rank: int, world: int, port: int, outdir: str) -> None:
     try:
         results = {name: run_case(name, world, rank, ddp=True) for name in CASES}
         torch.save(results, f"{outdir}/rank{rank}.pt")
+        dist.barrier()  # leave together (see ddp_worker.py)
     finally:
         dist.destroy_process_group()
     sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown: the results are saved and the group is closed
 
 

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT_S = 120
+# Generous: on a loaded 2-core machine one rank took over 120 s (torch import, then the
+# collectives); a hang is still caught.
+TIMEOUT_S = 300
 
 
 def free_port() -> int:

@@ -156,9 +156,13 @@ def main(rank: int, world: int, port: int, outdir: str) -> None:
     try:
         results = {name: run_case(name, world, rank, ddp=True) for name in CASES}
         torch.save(results, f"{outdir}/rank{rank}.pt")
+        # Leave together: a rank that destroys the group while another still talks to it
+        # can make gloo abort that one at exit.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     sys.stdout.flush()
+    sys.stderr.flush()
     # Skip interpreter teardown (seconds with torch loaded on a busy machine): the
     # results are saved and the group is closed.
     os._exit(0)

@@ -8,6 +8,7 @@ step and saves the synced ``compute()`` of each to ``OUTDIR/rank{RANK}.pt``.
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 
 import torch
@@ -47,8 +48,12 @@ def main() -> None:
                                          timeout=datetime.timedelta(seconds=60))
     try:
         torch.save(run(world, [rank]), f"{outdir}/rank{rank}.pt")
+        torch.distributed.barrier()  # leave together (see ddp_worker.py)
     finally:
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: the results are saved and the group is closed
 
 
 if __name__ == "__main__":

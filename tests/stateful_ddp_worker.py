@@ -12,6 +12,7 @@ working on all the data.
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from typing import Any
 
@@ -124,8 +125,12 @@ def main() -> None:
     try:
         torch.save({"metrics": run(world, [rank]), "losses": run_losses(world, rank)},
                    f"{outdir}/rank{rank}.pt")
+        torch.distributed.barrier()  # leave together (see ddp_worker.py)
     finally:
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: the results are saved and the group is closed
 
 
 if __name__ == "__main__":

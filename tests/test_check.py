@@ -177,8 +177,8 @@ def test_named_metrics_analyse_fast() -> None:
         start = time.process_time()
         check(m.expr, m.analysis.gradient)
         times[name] = time.process_time() - start
-    # ~0.05 s typical, 0.4 s for prevalence_threshold; generous for slow CI machines.
-    assert max(times.values()) < 3.0, times
+    # ~0.05 s typical, 0.4 s for prevalence_threshold; generous (>10x) for slow CI machines.
+    assert max(times.values()) < 5.0, times
 
 
 # --- the warning in Metric.loss() ------------------------------------------------------------

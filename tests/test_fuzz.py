@@ -192,10 +192,11 @@ def test_resource_bombs_are_refused_quickly(text: str) -> None:
     exhaustion) are MetricErrors within milliseconds."""
     import time
 
-    start = time.perf_counter()
+    # CPU time of this process, not the wall clock, which other jobs stretch.
+    start = time.process_time()
     with pytest.raises(metricc.MetricError, match=r"out of range|too large|deep|digits"):
         metricc.compile(text)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 5.0  # milliseconds typical; a hang is minutes
 
 
 def test_parameters_are_bounded_too() -> None:
@@ -236,7 +237,7 @@ def test_fuzzer_findings(text: str) -> None:
     """Each compiles, runs forward and backward, and verifies (all were crashes)."""
     import time
 
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: load on the machine does not count
     m = metricc.compile(text)
     x = torch.rand(16, dtype=torch.float64, requires_grad=True)
     y = (torch.arange(16) % 2).double()
@@ -244,7 +245,7 @@ def test_fuzzer_findings(text: str) -> None:
     assert torch.isfinite(x.grad).all()
     report = m.verify(raise_on_failure=False)
     assert report.ok, str(report)
-    assert time.perf_counter() - start < 20
+    assert time.process_time() - start < 30  # ~1 s typical; the hang was unbounded
 
 
 # --- issue 18: the shapes that used to hang, drawn at random, each within a CPU budget ------

@@ -253,10 +253,11 @@ def test_analysis_is_lazy_and_cached_compile_is_cheap() -> None:
     m = metricc.compile("tversky", alpha=0.3141, beta=0.2718)
     assert "gradient" not in m.analysis.__dict__
     assert metricc.compile("tversky", alpha=0.3141, beta=0.2718) is m
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: other jobs on the machine do not count
     for _ in range(1000):
         metricc.compile("tversky", alpha=0.3141, beta=0.2718)
-    assert (time.perf_counter() - t0) / 1000 < 1e-3
+    # ~2 microseconds a hit; a miss (SymPy again) is 10-1000 ms.
+    assert (time.process_time() - t0) / 1000 < 2e-3
     grad = m.gradient
     assert set(grad) == {"TP", "FP", "FN", "TN"} and "gradient" in m.analysis.__dict__
 

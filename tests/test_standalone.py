@@ -158,6 +158,28 @@ def test_standalone_equals_in_process_loss_and_gradient(generated: dict[str, Any
     assert got["params"] == options
 
 
+def test_files_paste_only_the_runtime_their_loss_needs(generated: dict[str, Any]) -> None:
+    """A binary F1 file holds no K x K, constraint or curve code, and the test above shows
+    it still equals the in-process loss; a K x K file holds no 2x2 loss."""
+    binary = (generated["dir"] / "loss_0.py").read_text(encoding="utf-8")
+    assert "class F1Loss(MetricLoss):" in binary
+    for absent in ("class MatrixLoss", "class ConstrainedLoss", "class ConstraintState",
+                   "def soft_curve", "# --- metricc.runtime.matrix", "# --- metricc.runtime.constrained",
+                   "# --- metricc.runtime.curve"):
+        assert absent not in binary, absent
+    # The contents comment lists the pasted modules, and each one has its section.
+    assert "# Contents, in this order" in binary and "# --- F1Loss " in binary
+    assert binary.index("# --- metricc.runtime.loss") < binary.index("class F1Loss(")
+    matrix = standalone_source(metricc.compile("quadratic_kappa"))
+    assert "(MatrixLoss):" in matrix and "class MetricLoss" not in matrix
+    assert "class ConstrainedLoss" not in matrix
+    # Smaller than pasting every runtime module (what every file held before).
+    from metricc.emit.runtime_source import runtime_source
+
+    everything = len(runtime_source()[0])
+    assert len(binary) < 0.8 * everything and len(matrix) < 0.7 * everything
+
+
 def test_files_pass_ruff(generated: dict[str, Any]) -> None:
     files = sorted(str(p) for p in generated["dir"].glob("loss_*.py"))
     for config in (["--isolated"], ["--config", str(ROOT / "pyproject.toml")]):

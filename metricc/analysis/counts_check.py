@@ -38,7 +38,8 @@ def _sample_points() -> list[tuple[float, float, float, float]]:
     rng = random.Random(20240607)
     points = [(1.0, 1.0, 1.0, 1.0), (3.0, 1.0, 2.0, 5.0)]
     while len(points) < _SAMPLE_COUNT:
-        points.append(tuple(round(10 ** rng.uniform(-2, 3), 3) for _ in range(4)))  # type: ignore[misc]
+        tp, fp, fn, tn = (round(10 ** rng.uniform(-2, 3), 3) for _ in range(4))
+        points.append((tp, fp, fn, tn))
     return points
 
 

@@ -98,7 +98,7 @@ def rebuild_loss(recipe: tuple[Any, ...]) -> Any:
     """Unpickle a loss module: an empty instance of its metric's (re)compiled loss class;
     pickle then restores its state (options, buffers, memory) with ``__setstate__``."""
     cls = rebuild_loss_class(recipe)
-    return cls.__new__(cls)
+    return object.__new__(cls)  # what cls.__new__ is: loss classes define no __new__
 
 
 def reduce_loss(self: Any, protocol: int) -> tuple[Any, ...]:

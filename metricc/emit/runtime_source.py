@@ -1,18 +1,21 @@
 """The runtime half of a standalone file: the torch-only modules pasted into one text.
 
 :func:`runtime_source` pastes the runtime modules (torch-only on purpose) and
-``errors.py``, as they are at generation time and in the fixed order of
-:data:`SOURCES`; the assembly is lark's standalone generator's idea: modules
+``errors.py`` that the file's loss class needs (:func:`needed_modules`: the module
+defining its base class and what that imports, read from the ASTs), as they are at
+generation time and in the fixed order of :data:`SOURCES`; the assembly is lark's standalone generator's idea: modules
 concatenated, their imports of each other dropped.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SOURCES", "WIDTH", "runtime_source", "top_level_names", "used_names"]
+__all__ = ["SOURCES", "WIDTH", "needed_modules", "runtime_source", "top_level_names", "used_names"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: The modules a standalone file is made of, in this order: each may import only
@@ -44,7 +47,6 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
 WIDTH = 88
 
 
-
 def _imported_module(node: ast.ImportFrom, module: str) -> str:
     """The absolute name a relative ``from ... import`` in ``module`` refers to."""
     parts = module.split(".")[: -node.level]
@@ -56,72 +58,135 @@ def _is_docstring(node: ast.stmt) -> bool:
             and isinstance(node.value.value, str))
 
 
-def runtime_source() -> tuple[str, ast.Module]:
-    """The runtime text of a standalone file (imports first), and its AST.
+@dataclass(frozen=True)
+class _Pasted:
+    """One runtime module as the file holds it."""
 
-    Each module of :data:`SOURCES` loses its docstring, ``__all__`` and
-    top-level imports; the imports of torch and the standard library are
-    merged at the top, and imports of the earlier modules are dropped. Refuses
-    (an internal error) any other import, and a name defined twice: the
-    standalone file would then not stand alone, or not work.
+    body: str
+    plain: tuple[str, ...]  # "import x" lines
+    froms: tuple[tuple[str, tuple[str, ...]], ...]  # (module, names) of "from x import ..."
+    #: The earlier runtime modules it imports, anywhere in its text (also inside functions).
+    imports: frozenset[str]
+    defines: frozenset[str]
+
+
+@functools.lru_cache(maxsize=64)
+def _read(module: str, text: str, earlier: frozenset[str], name: str) -> _Pasted:
+    """``module``'s text without its docstring, ``__all__`` and top-level imports.
+
+    Cached by the text itself, so an edited module is read again. Refuses (an internal
+    error) an import of anything but torch, the standard library and ``earlier``.
     """
-    plain: list[str] = []  # "import x" lines, first seen first
-    froms: dict[str, list[str]] = {}  # module -> names, for "from x import a, b"
-    bodies: list[str] = []
-    pasted: set[str] = set()
+    lines = text.splitlines()
+    drop: set[int] = set()
+    tree = ast.parse(text)
+    imports: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            target = _imported_module(node, module)
+            if target not in earlier:
+                raise RuntimeError(f"{name} imports {target!r}; a runtime module must "
+                                   "stay torch-only (importing only torch, the standard "
+                                   "library and the runtime modules before it) so that "
+                                   "standalone loss files need nothing else")
+            imports.add(target)
+            continue
+        if isinstance(node, ast.ImportFrom):
+            roots = [(node.module or "").split(".")[0]]
+        elif isinstance(node, ast.Import):
+            roots = [a.name.split(".")[0] for a in node.names]
+        else:
+            continue
+        for root in roots:
+            if root not in ("torch", "__future__") and root not in sys.stdlib_module_names:
+                raise RuntimeError(f"{name} imports {root!r}; it must stay torch-only "
+                                   "so that standalone loss files need nothing else")
+    plain: list[str] = []
+    froms: dict[str, list[str]] = {}
+    for i, node in enumerate(tree.body):
+        span = set(range(node.lineno - 1, node.end_lineno or node.lineno))
+        if i == 0 and _is_docstring(node):
+            drop |= span
+        elif isinstance(node, ast.Import):
+            drop |= span
+            plain += [f"import {a.name}" + (f" as {a.asname}" if a.asname else "") for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            drop |= span
+            if not node.level and node.module != "__future__":
+                froms.setdefault(node.module or "", []).extend(
+                    a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            drop |= span
+    body = "\n".join(line for k, line in enumerate(lines) if k not in drop).strip("\n")
+    return _Pasted(body, tuple(plain), tuple((m, tuple(n)) for m, n in froms.items()),
+                   frozenset(imports), frozenset(top_level_names(tree, imports=False)))
+
+
+def _modules() -> dict[str, _Pasted]:
+    """Every module of :data:`SOURCES`, checked: torch-only, no name defined twice."""
+    read: dict[str, _Pasted] = {}
     defined: dict[str, str] = {}
     for module, path in SOURCES:
-        text = path.read_text(encoding="utf-8")
-        lines = text.splitlines()
-        drop: set[int] = set()
-        tree = ast.parse(text)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level:
-                target = _imported_module(node, module)
-                if target not in pasted:
-                    raise RuntimeError(f"{path.name} imports {target!r}; a runtime module must "
-                                       "stay torch-only (importing only torch, the standard "
-                                       "library and the runtime modules before it) so that "
-                                       "standalone loss files need nothing else")
-                continue
-            if isinstance(node, ast.ImportFrom):
-                roots = [(node.module or "").split(".")[0]]
-            elif isinstance(node, ast.Import):
-                roots = [a.name.split(".")[0] for a in node.names]
-            else:
-                continue
-            for root in roots:
-                if root not in ("torch", "__future__") and root not in sys.stdlib_module_names:
-                    raise RuntimeError(f"{path.name} imports {root!r}; it must stay torch-only "
-                                       "so that standalone loss files need nothing else")
-        for i, node in enumerate(tree.body):
-            span = set(range(node.lineno - 1, node.end_lineno or node.lineno))
-            if i == 0 and _is_docstring(node):
-                drop |= span
-            elif isinstance(node, ast.Import):
-                drop |= span
-                for a in node.names:
-                    line = f"import {a.name}" + (f" as {a.asname}" if a.asname else "")
-                    if line not in plain:
-                        plain.append(line)
-            elif isinstance(node, ast.ImportFrom):
-                drop |= span
-                if node.level or node.module == "__future__":
-                    continue
-                names = froms.setdefault(node.module or "", [])
-                names += [a.name + (f" as {a.asname}" if a.asname else "")
-                          for a in node.names if a.name not in names]
-            elif isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-                drop |= span
-        for name in top_level_names(tree, imports=False):
+        pasted = _read(module, path.read_text(encoding="utf-8"), frozenset(read), path.name)
+        for name in sorted(pasted.defines):
             if name in defined:
                 raise RuntimeError(f"{name!r} is defined in both {defined[name]} and {module}; "
                                    "standalone files paste them into one namespace")
             defined[name] = module
-        body = "\n".join(line for k, line in enumerate(lines) if k not in drop).strip("\n")
-        bodies.append(f"# --- {module} " + "-" * max(3, WIDTH - 7 - len(module)) + "\n\n" + body)
-        pasted.add(module)
+        read[module] = pasted
+    return read
+
+
+def needed_modules(base: str | None = None) -> tuple[str, ...]:
+    """The modules of :data:`SOURCES` a file whose class subclasses ``base`` needs, in order.
+
+    The module defining ``base`` and, transitively, every earlier module it imports
+    (read from their ASTs); all of them when ``base`` is None.
+
+    >>> needed = needed_modules("MetricLoss")
+    >>> "metricc.runtime.loss" in needed, "metricc.runtime.matrix" in needed
+    (True, False)
+    """
+    modules = _modules()
+    if base is None:
+        return tuple(modules)
+    owners = [m for m, p in modules.items() if base in p.defines]
+    if not owners:
+        raise RuntimeError(f"no runtime module defines {base!r}")
+    need, todo = set(), [owners[0]]
+    while todo:
+        module = todo.pop()
+        if module not in need:
+            need.add(module)
+            todo.extend(modules[module].imports)
+    return tuple(m for m in modules if m in need)
+
+
+def runtime_source(base: str | None = None) -> tuple[str, ast.Module]:
+    """The runtime text of a standalone file (imports first), and its AST.
+
+    Holds the modules of :data:`SOURCES` that a subclass of ``base`` needs
+    (:func:`needed_modules`; all with no ``base``), each without its docstring,
+    ``__all__`` and top-level imports; the imports of torch and the standard
+    library are merged at the top, and imports of the earlier modules are dropped.
+    Every module of :data:`SOURCES` is checked, pasted or not: an import of
+    anything else, or a name defined twice, is refused (an internal error): the
+    standalone file would then not stand alone, or not work.
+    """
+    modules = _modules()
+    chosen = needed_modules(base)
+    plain: list[str] = []  # "import x" lines, first seen first
+    froms: dict[str, list[str]] = {}  # module -> names, for "from x import a, b"
+    bodies: list[str] = []
+    for module in chosen:
+        pasted = modules[module]
+        plain += [line for line in pasted.plain if line not in plain]
+        for source, names in pasted.froms:
+            have = froms.setdefault(source, [])
+            have += [n for n in names if n not in have]
+        bodies.append(f"# --- {module} " + "-" * max(3, WIDTH - 7 - len(module)) + "\n\n"
+                      + pasted.body)
     head = ["from __future__ import annotations"]
     for third_party in (False, True):  # standard library, then torch, sorted as isort does
         def ours(module: str, third_party: bool = third_party) -> bool:

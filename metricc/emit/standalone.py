@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MetricError
-from .runtime_source import SOURCES, WIDTH, runtime_source, used_names
+from .runtime_source import SOURCES, WIDTH, needed_modules, runtime_source, used_names
 
 __all__ = ["SOURCES", "StandaloneSpec", "check_class_name", "emit_standalone", "literal", "plain_option",
            "runtime_source"]
@@ -83,18 +83,19 @@ def plain_option(key: str, value: Any) -> Any:
                       "be numbers, strings, booleans, None or a list of those")
 
 
-def check_class_name(name: str, kernels_source: str, suggestion: str) -> None:
+def check_class_name(name: str, kernels_source: str, suggestion: str, base: str | None = None) -> None:
     """Refuse a class name that is not a plain identifier, or is taken inside the file.
 
     The class is a module global: named like something a function of the file looks
     up (``dist``, ``MetricLoss``, a kernel argument such as ``eps`` or ``K``) or like a
-    builtin (``float``, ``super``) it would replace that on first use.
+    builtin (``float``, ``super``) it would replace that on first use. ``base`` is the
+    runtime class the file subclasses (its runtime is pasted; everything with None).
     """
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name) \
             or len(name) > 100:
         raise MetricError(f"class name {name!r} is not a plain Python identifier; use letters, "
                           f"digits and underscores, e.g. {suggestion}")
-    _, tree = runtime_source()
+    _, tree = runtime_source(base)
     reserved = (used_names(tree) | used_names(ast.parse(kernels_source))
                 | set(dir(builtins)) | {"torch", "annotations"})
     if name in reserved:
@@ -197,6 +198,17 @@ def _attribute(name: str, value: Any) -> str:
     return f"    {name} = {literal(value)}\n"
 
 
+def _contents(class_name: str, base: str, modules: Sequence[str]) -> str:
+    """A comment that says what the file holds and where: its sections, in order."""
+    pasted = textwrap.fill(", ".join(m.rpartition(".")[2] for m in modules), WIDTH - 6,
+                           initial_indent="#     ", subsequent_indent="#     ")
+    return (f"\n# Contents, in this order (sections start with '# --- '):\n"
+            f"#  1. the runtime {class_name} needs, pasted from metricc ({len(modules)} modules):\n"
+            f"{pasted}\n"
+            f"#  2. the kernels generated from the metric's SymPy form;\n"
+            f"#  3. {class_name}, a subclass of {base} holding those kernels (at the end).\n\n")
+
+
 def emit_standalone(spec: StandaloneSpec) -> str:
     """Source of one self-contained module (needs only torch) holding ``spec.class_name``.
 
@@ -206,16 +218,19 @@ def emit_standalone(spec: StandaloneSpec) -> str:
     ``metricc.Metric.standalone`` builds the spec (and checks the options by building
     the in-process loss); this function only writes.
     """
-    check_class_name(spec.class_name, spec.kernels_source, "F1Loss")
-    runtime, _ = runtime_source()
+    check_class_name(spec.class_name, spec.kernels_source, "F1Loss", spec.base)
+    runtime, _ = runtime_source(spec.base)
+    modules = needed_modules(spec.base)
     chosen = {k: plain_option(k, v) for k, v in spec.defaults}
     sig, call = _signature(spec.parameters, chosen)
     parts = [
         '"""' + _wrap_doc(_doc("\n".join(spec.doc))) + '\n"""\n',
+        _contents(spec.class_name, spec.base, modules),
         runtime,
         "\n\n# --- generated from the metric's SymPy form " + "-" * 40 + "\n\n",
         _wrap_code(spec.kernels_source.rstrip("\n")),
         "\n\n",
+        f"# --- {spec.class_name} " + "-" * max(3, WIDTH - 7 - len(spec.class_name)) + "\n\n",
         f"class {spec.class_name}({spec.base}):\n",
         f'    """{spec.class_doc}"""\n\n',
         *(_attribute(k, v) for k, v in spec.attributes),

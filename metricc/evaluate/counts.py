@@ -307,7 +307,7 @@ def _multiclass_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
     elif tuple(t.shape) == pred_shape:
         if t.is_floating_point():
             raise err(f"class-index targets must be integers, got {t.dtype}; use target.long()")
-        mask = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=bool)
+        mask = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=torch.bool)
         if not bool(((t >= 0) & (t < c) | ~mask).all()):
             raise err(f"multiclass target must hold class indices in 0..{c - 1}"
                       + (f" (or ignore_index={ignore_index})" if ignore_index is not None

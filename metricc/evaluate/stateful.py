@@ -239,8 +239,8 @@ class StatefulMetric(_TorchMetric):
         if self.mode == "binary":
             return self._values(tp, fp, fn, tn, torch.ones_like(tp, dtype=torch.bool))[:, 0]
         if self.average == "micro":
-            pooled = [(x if w is None else x * w).sum(-1) for x in (tp, fp, fn, tn)]
-            return self._values(*pooled, torch.ones_like(pooled[0], dtype=torch.bool))
+            tp1, fp1, fn1, tn1 = ((x if w is None else x * w).sum(-1) for x in (tp, fp, fn, tn))
+            return self._values(tp1, fp1, fn1, tn1, torch.ones_like(tp1, dtype=torch.bool))
         if self.average == "none":
             return self._values(tp, fp, fn, tn, torch.ones_like(tp, dtype=torch.bool))
         present = (tp + fp + fn) > 0
@@ -280,6 +280,8 @@ class MatrixStatefulMetric(_TorchMetric):
 
     is_differentiable = False
     full_state_update = False
+
+    confmat: Tensor  # a torchmetrics state, made by add_state in __init__
 
     def __init__(self, value: Any, formula: str, higher_is_better: bool, num_classes: int, *,
                  ignore_index: int | None = None, zero_division: float | None = 0.0,

@@ -36,6 +36,9 @@ class Metric(Protocol):
     name: str | None
     text: str
     higher_is_better: bool
+    constraints: tuple[Any, ...]
+
+    def parse_constraints(self, texts: Sequence[str]) -> tuple[Any, ...]: ...
 
     def value(self, tp: Any = ..., fp: Any = ..., fn: Any = ..., tn: Any = ..., *,
               zero_division: float | None = ...) -> Any: ...
@@ -233,7 +236,7 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     tol = 1e-12 * max(1.0, abs(best))
     # Candidates run from the highest threshold down: the last tied one is the lowest.
     i = defined[np.flatnonzero(np.abs(v - best) <= tol)[-1]]
-    if bounds is None:
+    if bounds is None or confidence is None:  # bounds come with a confidence
         return ThresholdChoice(float(c.thresholds[i]), float(values[i]))
     return ThresholdChoice(float(c.thresholds[i]), float(values[i]), float(confidence), bounds(i))
 
@@ -273,10 +276,10 @@ def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts,
         return ok, None
     import torch
 
-    counts = [torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)]
+    tensors = [torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)]
     reached = []
     for con in own:
-        h = con.metric.value(*counts, zero_division=float("nan")).numpy()
+        h = con.metric.value(*tensors, zero_division=float("nan")).numpy()
         # a relative tolerance: 0.9 computed as 9/10 of counts may round below 0.9
         with np.errstate(invalid="ignore"):
             ok &= con.sense * (h - con.bound) >= -1e-12 * max(1.0, abs(con.bound))

@@ -186,7 +186,6 @@ def uses_curve(exprs: Iterable[sympy.Expr]) -> bool:
 
 _MATRIX_NAMES = {SumOf: "sum", RowTotal: "row", ColTotal: "col", Delta: "delta", PresentCall: "present"}
 _LIBRARY: dict[str, Any] = {}
-_LIBRARY: dict[str, Any] = {}
 _KEYWORDS = {AreaCall: "area", StepsCall: "steps", BestCall: "best"}
 
 

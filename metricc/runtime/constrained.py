@@ -97,9 +97,10 @@ def _kernel(cls: type[MetricLoss], counts: tuple[Any, ...], eps: float, coeffici
         if out is None:
             raise _HostFallback
         return out
-    out = (cls.metric_and_coefficients(*counts, eps) if coefficients
-           else (cls.metric_value(*counts, eps),))
-    return tuple(_rows(x, counts[0]) for x in out)
+    tp, fp, fn, tn = counts
+    rows = (cls.metric_and_coefficients(tp, fp, fn, tn, eps) if coefficients
+            else (cls.metric_value(tp, fp, fn, tn, eps),))
+    return tuple(_rows(x, counts[0]) for x in rows)
 
 
 def _psi(v: Any, lam: Any, rho: float) -> tuple[Any, Any]:
@@ -346,6 +347,7 @@ class ConstrainedLoss(ConstraintState):
             if self.multiplier_rates == "hard":
                 pooled = self._hard_counts(s, y, w)
             values = self._constraint_values(pooled)
+        assert lam is not None  # not `again`: lam is self._lam(...), a tensor
         self._step(values, lam)
         return loss
 

@@ -12,7 +12,7 @@ from ..errors import MetricError
 if torch.distributed.is_available():
     import torch.distributed as dist
 else:  # some builds ship without torch.distributed; sync_dist then acts on one process
-    dist = None
+    dist = None  # type: ignore[assignment]  # every use checks is_available() first
 
 
 def _world_size(process_group: Any) -> int:
@@ -108,6 +108,7 @@ class CountPool(torch.nn.Module):
     """
 
     memory: Tensor | None
+    memory_before: Tensor | None
 
     def __init__(self, sync_dist: bool, process_group: Any, memory_decay: float | None) -> None:
         super().__init__()

@@ -174,15 +174,18 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
         r = _multiclass_format(input, target, from_logits, ignore_index, need_hard,
                                labels_checked, allow, class_step)
 
-    def pick(t: Tensor | None) -> Tensor | None:
-        return t if t is None or idx is None or t.shape[1] == 1 else t.index_select(1, idx)
+    def pick(t: Tensor) -> Tensor:
+        return t if idx is None or t.shape[1] == 1 else t.index_select(1, idx)
+
+    def pick_some(t: Tensor | None) -> Tensor | None:
+        return None if t is None else pick(t)
 
     if mode == "multilabel":  # thresholded per class: the selected classes' scores
-        return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t,
-                         pick(r.scores), r.threshold, None)
+        return ClassRows(pick(r.s), pick(r.y), pick_some(r.mask), pick_some(r.hard), r.from_logits,
+                         w_t, pick(r.scores), r.threshold, None)
     # argmax over every class: all C scores, and which of them are selected
-    return ClassRows(pick(r.s), pick(r.y), pick(r.mask), pick(r.hard), r.from_logits, w_t,
-                     r.scores, None, chosen)
+    return ClassRows(pick(r.s), pick(r.y), pick_some(r.mask), pick_some(r.hard), r.from_logits,
+                     w_t, r.scores, None, chosen)
 
 
 def single_channel(input: Tensor, target: Tensor) -> bool:

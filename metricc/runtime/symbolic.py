@@ -151,13 +151,14 @@ def symbolic_function(cls: Any) -> Any:
                 sums = count_sums(a, y, w, overwrite)
                 out = host_values(twin, derive_counts(*sums.view(-1).tolist()), eps)
                 if out is not None:
-                    value, g1, g0 = out
-                    ctx.host = (sign * k * g1, sign * k * g0)
+                    # Python floats here (the twin's), tensors below: other names.
+                    host_value, h1, h0 = out
+                    ctx.host = (sign * k * h1, sign * k * h0)
                     ctx.save_for_backward(y, w, d)
                     support = sums[2]
                     ctx.mark_non_differentiable(support)
-                    loss = 1 - value if cls.higher_is_better else value
-                    return torch.full((1,), loss, dtype=work), support
+                    host_loss = 1 - host_value if cls.higher_is_better else host_value
+                    return torch.full((1,), host_loss, dtype=work), support
                 counts = derive_counts(*sums.unbind())
             else:
                 counts = _counts(a, y, w, overwrite=overwrite, soft_label=soft_label)
