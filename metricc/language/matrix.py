@@ -7,12 +7,11 @@ The parser builds placeholders (:class:`Entry`, :class:`SumOf`, ...) while it re
 
 from __future__ import annotations
 
+import keyword
+import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
-
-import keyword
-import re
 
 import sympy
 from sympy import Indexed, IndexedBase, KroneckerDelta, Sum
