@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import metricc
 from metricc.errors import MetricError
@@ -117,3 +121,96 @@ def test_ddp_empty_shards_join_and_mismatched_shapes_fail_on_every_rank(tmp_path
             status, kind, message = saved[rank][name]
             assert (status, kind) == ("error", "MetricError"), (name, rank, message)
             assert "rank 0: " in message and "rank 1: " in message, message
+
+
+# --- point 8: accepted extremes are finite, the rest refused up front -----------------------
+
+def _finite_or_refused(make_loss, x: torch.Tensor, y: torch.Tensor, weight=None) -> str:  # type: ignore[no-untyped-def]
+    """``"refused"`` (a MetricError) or ``"finite"``; a NaN/inf loss or gradient fails."""
+    x = x.clone().requires_grad_()
+    try:
+        loss = make_loss()
+        value = loss(x, y) if weight is None else loss(x, y, weight)
+        value.backward()
+    except MetricError:
+        return "refused"
+    assert bool(torch.isfinite(value).all()), value
+    # A gradient past float32's range (1e38*TP/(TP+FP)) is +-inf, never NaN (docs/numerics.md)
+    assert not bool(torch.isnan(x.grad).any()), x.grad
+    return "finite"
+
+
+X2 = torch.linspace(-3, 3, 16)
+Y2 = (torch.arange(16) % 3 == 0).float()
+XK = torch.linspace(-8, 8, 48).reshape(16, 3)
+YK = torch.arange(16) % 3
+
+
+@pytest.mark.parametrize("amplifier", [1e200, 1e38])
+def test_an_amplifier_that_overflows_float32_is_refused(amplifier: float) -> None:
+    with pytest.raises(MetricError, match=r"amplifier=.*outside \[0, 1e\+30\]"):
+        metricc.compile("f1").loss(amplifier=amplifier, from_logits=True)
+
+
+@pytest.mark.parametrize("metric,options", [("quadratic_kappa", {}), ("dice", {"mode": "multiclass"})])
+def test_a_temperature_that_overflows_the_softmax_is_refused(metric: str, options: dict) -> None:
+    with pytest.raises(MetricError, match=r"temperature=1e-45 is outside \[1e-30"):
+        metricc.compile(metric).loss(temperature=1e-45, from_logits=True, **options)
+
+
+def test_a_float32_weight_map_that_overflows_the_counts_is_refused() -> None:
+    # validated in float64 (finite), summed in float32 (inf): the loss was NaN
+    assert _finite_or_refused(lambda: metricc.compile("mcc").loss(from_logits=True), X2, Y2,
+                              torch.full((16,), 1e38)) == "refused"
+    assert _finite_or_refused(lambda: metricc.compile("mcc").loss(from_logits=True), X2.double(),
+                              Y2.double(), torch.full((16,), 1e38, dtype=torch.float64)) == "finite"
+
+
+@pytest.mark.parametrize("backward", ["symbolic", "autograd"])
+def test_a_loss_beyond_float32_is_refused_and_float64_computes_it(backward: str) -> None:
+    m = metricc.compile("1e39*TP/(TP+FP)")
+    x, y = torch.full((8,), 10.0), torch.ones(8)
+    with pytest.raises(MetricError, match="beyond float32's range"):
+        m.loss(from_logits=True, backward=backward)(x, y)
+    value = m.loss(from_logits=True, backward=backward)(x.double(), y.double())
+    assert math.isfinite(float(value)) and float(value) < -9e38
+
+
+def _cpu_budget(seconds: float):  # type: ignore[no-untyped-def]
+    """Assert one hypothesis example's CPU time (not wall clock: the machine is shared)."""
+    import contextlib
+    import time
+
+    @contextlib.contextmanager
+    def guard():  # type: ignore[no-untyped-def]
+        start = time.process_time()
+        yield
+        assert time.process_time() - start < seconds
+
+    return guard()
+
+
+EXTREMES = settings(max_examples=25, deadline=None, database=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@EXTREMES
+@given(amplifier=st.floats(1e-6, 1e300), temperature=st.floats(1e-320, 1e6),
+       weight=st.floats(0, 1e300), exponent=st.sampled_from([0, 20, 38, 39, 150, 300]),
+       double=st.booleans())
+def test_extreme_accepted_options_never_give_nan(amplifier: float, temperature: float, weight: float,
+                                                 exponent: int, double: bool) -> None:
+    dt = torch.float64 if double else torch.float32
+    x2, y2, xk = X2.to(dt), Y2.to(dt), XK.to(dt)
+    w = torch.full((16,), weight, dtype=dt) if math.isfinite(float(torch.tensor(weight, dtype=dt))) \
+        else None
+    with _cpu_budget(60.0):
+        _finite_or_refused(lambda: metricc.compile("f1").loss(amplifier=amplifier, from_logits=True),
+                           x2, y2, w)
+        _finite_or_refused(lambda: metricc.compile("quadratic_kappa").loss(
+            temperature=temperature, from_logits=True), xk, YK)
+        _finite_or_refused(lambda: metricc.compile("dice").loss(
+            temperature=temperature, from_logits=True, mode="multiclass"), xk, YK)
+        for backward in ("symbolic", "autograd"):
+            _finite_or_refused(lambda b=backward: metricc.compile(f"1e{exponent}*TP/(TP+FP)").loss(
+                from_logits=True, backward=b), x2, y2)
