@@ -28,8 +28,8 @@ class AnyLoss(Relaxation):
 
     name = "anyloss"
     amplifier = Option(73.0, positive=True, bounds=(
-        0.0, 1e30, "a larger amplifier overflows float32 (inf * 0 = NaN in the gradient), and "
-        "beyond about 1e8 the sigmoid is already a step at float32 resolution"))
+        0.0, 1e30, ("a larger amplifier overflows float32 (inf * 0 = NaN in the gradient), and "
+                    "beyond about 1e8 the sigmoid is already a step at float32 resolution")))
 
     def value(self, s: Tensor, from_logits: bool, sigmoid: Any = torch.sigmoid) -> Tensor:
         p = sigmoid(s) if from_logits else s
@@ -212,8 +212,8 @@ class Softmax(Linear):
 
     name = "softmax"
     temperature = Option(1.0, positive=True, bounds=(
-        1e-30, float("inf"), "below it, logits / temperature overflow float32 and the softmax is "
-        "NaN; below about 1e-4 it is already an argmax"))
+        1e-30, float("inf"), ("below it, logits / temperature overflow float32 and the softmax "
+                              "is NaN; below about 1e-4 it is already an argmax")))
     class_wise = True
 
     def check_options(self, from_logits: bool) -> None:
