@@ -64,8 +64,8 @@ def _param_value(key: str, text: str) -> Any:
     if text.lstrip().startswith("["):
         try:
             return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            raise UsageError(f"--param {key}={text}: a matrix is a list of lists of numbers, "
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
+            raise UsageError(f"--param {key}={text:.60}: a matrix is a list of lists of numbers, "
                              "e.g. [[0,1],[1,0]]") from None
     try:
         return _number(key, text)
@@ -86,10 +86,18 @@ def _option_value(text: str) -> Any:
     word = text.strip().lower()
     if word in _WORDS:  # `from_logits=false` means False, not the string "false"
         return _WORDS[word]
+    if len(text) > _MAX_OPTION_LENGTH:
+        # literal_eval recurses per operator: 60k terms would end in a RecursionError traceback.
+        raise UsageError(f"--option value of {len(text)} characters; an option is a number, a "
+                         f"word or a short literal (at most {_MAX_OPTION_LENGTH} characters)")
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, RecursionError, MemoryError):
         return text
+
+
+#: Longest ``--option`` value; the longest real one (a class list) is far shorter.
+_MAX_OPTION_LENGTH = 1000
 
 
 _WORDS: dict[str, Any] = {"true": True, "false": False, "none": None, "null": None}

@@ -85,6 +85,22 @@ def matrix_parameter(name: str, value: Any) -> sympy.Expr | tuple[tuple[float, .
     return tuple(rows)
 
 
+def _matrix_tensor(matrix: Any) -> Any:
+    """A confusion matrix for :meth:`MatrixMetric.value` as float64, or a MetricError."""
+    import torch
+
+    from .evaluate.counts import input_tensor
+
+    m = input_tensor("the confusion matrix", matrix)
+    if m.device.type == "meta":
+        raise MetricError("the confusion matrix is a meta tensor, which holds no values; pass "
+                          "real counts")
+    if m.is_complex() or m.dtype == torch.bool or not (m.is_floating_point() or m.dtype.is_signed
+                                                         or m.dtype == torch.uint8):
+        raise MetricError(f"a confusion matrix holds real counts, got a tensor of {m.dtype}")
+    return m.to(torch.float64)
+
+
 class MatrixMetric(Metric):
     """A compiled K x K metric: index-form SymPy, its gradient, exact scores and losses.
 
@@ -194,7 +210,7 @@ class MatrixMetric(Metric):
         """
         import torch
 
-        m = torch.as_tensor(matrix, dtype=torch.float64)
+        m = _matrix_tensor(matrix)
         single = m.dim() == 2
         if single:
             m = m.unsqueeze(0)

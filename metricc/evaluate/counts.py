@@ -24,7 +24,7 @@ from ..runtime.hints import integer_preds_error, label_error
 from ..runtime.modes import _binary_validate, class_rows
 from ..runtime.options import check_class_options, look_up_option, select_classes
 
-__all__ = ["count_tensor", "exact_value", "is_array", "score", "score_classes"]
+__all__ = ["MAX_ONEHOT", "count_tensor", "exact_value", "input_tensor", "is_array", "score", "score_classes"]
 
 #: ``Metric.value``: ``(tp, fp, fn, tn, *, zero_division) -> float or tensor``.
 Value = Callable[..., Any]
@@ -77,10 +77,25 @@ def _decision(p: Tensor, threshold: float | None, from_logits: bool) -> tuple[Te
     return (torch.sigmoid(p.double()) if from_logits else p), cut
 
 
+def input_tensor(name: str, v: Any, device: Any = None) -> Tensor:
+    """``torch.as_tensor(v)``, or a MetricError naming the input (a string, a ragged list).
+
+    >>> input_tensor("preds", [[0.1, 0.2], [0.3]])
+    Traceback (most recent call last):
+    ...
+    metricc.errors.MetricError: preds must be a tensor or a rectangular (nested) list of numbers, got list ...
+    """
+    try:
+        return torch.as_tensor(v, device=device)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise MetricError(f"{name} must be a tensor or a rectangular (nested) list of numbers, "
+                          f"got {type(v).__name__} ({str(e).splitlines()[0][:80]})") from None
+
+
 def _score_binary(value: Value, preds: Any, target: Any, threshold: float | None,
                   zero_division: float | None, from_logits: bool = False) -> float:
-    p = torch.as_tensor(preds)
-    t = torch.as_tensor(target)
+    p = input_tensor("preds", preds)
+    t = input_tensor("target", target)
     _binary_validate(p, t, ("preds", "target"), "")
     _check_preds(p, t)
     _check_01(t, None, "binary")
@@ -112,8 +127,8 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
         mode, average, ignore_index, classes, class_weights)
     samplewise = look_up_option("multidim_average", multidim_average) == "samplewise"
     look_up_option("reduction", reduction)
-    p = torch.as_tensor(preds)
-    t = torch.as_tensor(target, device=p.device)  # counted where the predictions are
+    p = input_tensor("preds", preds)
+    t = input_tensor("target", target, p.device)  # counted where the predictions are
     _check_preds(p, t)
     if mode == "binary":
         _binary_validate(p, t, ("preds", "target"), "")
@@ -193,8 +208,10 @@ def _check_preds(p: Tensor, t: Tensor) -> None:
                           "a negative prediction)")
 
 
-#: Most elements of the (N, C, *) one-hot layout score() builds for multiclass labels.
-_MAX_ONEHOT = 2**28
+#: Most elements of the (N, C, *) one-hot layout score() builds for multiclass labels, and
+#: of the K x K matrix a K x K score() counts into (one limit for both statistics).
+MAX_ONEHOT = 2**28
+_MAX_ONEHOT = MAX_ONEHOT
 
 
 def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
@@ -288,6 +305,8 @@ def _multiclass_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
         if isinstance(num_classes, bool) or not isinstance(num_classes, int):
             raise err(f"num_classes must be an integer, got {num_classes!r}")
         c = num_classes
+        if c < 2:  # before the index check below, which would say "in 0..-2"
+            raise err(f"mode='multiclass' needs num_classes >= 2, got {c}")
         if p.numel() * c > _MAX_ONEHOT:
             raise err(f"num_classes={c} with {p.numel()} predictions needs a one-hot layout "
                       f"of {p.numel() * c} elements (the limit is {_MAX_ONEHOT}); pass the "

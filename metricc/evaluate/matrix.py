@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .counts import MAX_ONEHOT, input_tensor
 
 __all__ = ["hard_confusion_matrix", "hard_labels"]
 
@@ -27,8 +28,9 @@ def hard_labels(preds: Any, target: Any, num_classes: int | None,
     with ``num_classes``; ``target``: ``(N, *)`` class indices; elements whose
     target is ``ignore_index`` are dropped.
     """
-    p = torch.as_tensor(preds)
-    t = torch.as_tensor(target, device=p.device)
+    p = input_tensor("preds", preds)
+    t = input_tensor("target", target, p.device)
+    _check_inputs(p, t)
     if p.is_floating_point():
         if p.dim() < 2:
             raise MetricError(f"preds must be scores (N, K, *) or integer labels (N, *) "
@@ -41,10 +43,15 @@ def hard_labels(preds: Any, target: Any, num_classes: int | None,
     else:
         if num_classes is None:
             raise MetricError("integer preds are class labels: pass num_classes=<K>")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int):
+            raise MetricError(f"num_classes must be an integer, got {num_classes!r}")
         k = int(num_classes)
         pred = p
     if k < 2:
         raise MetricError(f"a K x K metric needs K >= 2 classes, got {k}")
+    if k * k > MAX_ONEHOT:
+        raise MetricError(f"num_classes={k} needs a {k} x {k} matrix of {k * k} counts (the limit "
+                          f"is {MAX_ONEHOT}); pass the true number of classes")
     if t.shape != pred.shape or t.is_floating_point():
         raise MetricError(f"target must be integer class indices of shape "
                           f"{tuple(pred.shape)}, got {t.dtype} of shape {tuple(t.shape)}")
@@ -54,6 +61,17 @@ def hard_labels(preds: Any, target: Any, num_classes: int | None,
         if bool(((v < 0) | (v >= k)).any()):
             raise MetricError(f"{what} must hold class indices in 0..{k - 1}")
     return t, pred, k
+
+
+def _check_inputs(p: Tensor, t: Tensor) -> None:
+    """Refuse tensors without values and NaN scores (whose argmax would pick a class)."""
+    if "meta" in (p.device.type, t.device.type):
+        raise MetricError("score() needs real tensors; meta tensors hold no values")
+    if p.is_complex() or t.is_complex():
+        raise MetricError("score() needs real predictions and targets, got complex numbers")
+    if p.is_floating_point() and bool(torch.isnan(p).any()):
+        raise MetricError("preds contain NaN; check the model output (argmax would pick a class "
+                          "for a NaN row)")
 
 
 def hard_confusion_matrix(preds: Any, target: Any, num_classes: int | None = None,

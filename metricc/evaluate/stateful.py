@@ -44,7 +44,26 @@ _STATES = ("tp", "fp", "fn", "tn")
 _CALL = "update takes (preds, target)"  # for the swapped-arguments hint
 
 
-class StatefulMetric(_TorchMetric):
+class _ShapeCheckedSync(_TorchMetric):
+    """Compare the state's shape over the ranks before torchmetrics gathers it: a rank that
+    counted another number of classes then gets a MetricError on every rank, where torch's
+    "stack expects each tensor to be equal size" came before."""
+
+    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
+        from ..runtime.distributed import same_shape_on_every_rank
+
+        group = process_group or self.process_group
+        state = next((getattr(self, a) for a in self._defaults
+                      if isinstance(getattr(self, a), Tensor)), None)
+        if state is not None:  # list states (samplewise) are concatenated, any length
+            same_shape_on_every_rank(state, group, torch.distributed.get_world_size(group))
+        if dist_sync_fn is None:
+            super()._sync_dist(process_group=process_group)
+        else:
+            super()._sync_dist(dist_sync_fn, process_group)
+
+
+class StatefulMetric(_ShapeCheckedSync):
     """A compiled metric on hard labels, accumulated over batches and ranks.
 
     Built by :meth:`metricc.Metric.metric`, which documents the options.
@@ -269,7 +288,7 @@ def _zero_division(value: Any) -> float:
     return float(value)
 
 
-class MatrixStatefulMetric(_TorchMetric):
+class MatrixStatefulMetric(_ShapeCheckedSync):
     """A K x K metric on hard labels, accumulated over batches and ranks.
 
     Built by :meth:`metricc.matrix_metric.MatrixMetric.metric`. Its one state is

@@ -7,6 +7,8 @@ The parser builds placeholders (:class:`Entry`, :class:`SumOf`, ...) while it re
 
 from __future__ import annotations
 
+import keyword
+import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -50,6 +52,26 @@ class PresentCall(sympy.Function):
 
 
 PLACEHOLDERS = (Entry, SumOf, RowTotal, ColTotal, Delta, PresentCall)
+
+#: Names a K x K parameter cannot take: a matrix parameter becomes an argument of the
+#: generated kernel, beside ``C`` and ``eps``, and the kernel body reads ``K``, ``torch``,
+#: the ``mx_*`` helpers and the ``x0, x1, ...`` temporaries of common subexpressions.
+KERNEL_NAMES = frozenset({"C", "K", "eps", "torch"})
+
+
+def reserved_matrix_name(name: str) -> str | None:
+    """Why ``name`` cannot be a K x K parameter (``W[i, j]``), or ``None`` when it can.
+
+    >>> reserved_matrix_name("W") is None
+    True
+    >>> reserved_matrix_name("lambda")
+    "'lambda' is a Python keyword"
+    """
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        return f"'{name}' is a Python keyword"
+    if name in KERNEL_NAMES or name.startswith("mx_") or re.fullmatch(r"x\d+", name):
+        return f"'{name}' is a name the generated K x K kernel uses"
+    return None
 
 
 def is_matrix_expr(expr: sympy.Expr) -> bool:
@@ -282,6 +304,10 @@ def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
                     or base.name in defined or lookup(base.name) is not None:
                 raise fail(f"'{base.name}' cannot be indexed; C[i, j] is the confusion matrix "
                            "and other indexed names are K x K parameters", base.name)
+            reason = reserved_matrix_name(base.name)
+            if reason is not None:
+                raise fail(f"{reason} and cannot name a K x K parameter; rename it "
+                           "(for example W[i, j])", base.name)
             matrices.add(base.name)
             return IndexedBase(base.name)[ii, jj]
         if isinstance(e, RowTotal):

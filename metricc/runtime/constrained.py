@@ -295,8 +295,9 @@ class ConstrainedLoss(ConstraintState):
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         obj = self.objective
+        # An empty shard under sync_dist joins the all-reduce with zero counts, as in MetricLoss.
         validate_inputs(input, target, "binary", obj.from_logits, obj.ignore_index,
-                        obj.validate_args)
+                        obj.validate_args, allow_empty=obj.pool is not None and obj.pool.sync_dist)
         r = class_rows(input, target, "binary", obj.from_logits, obj.ignore_index, None, None,
                        need_hard=False)
         w = None if r.mask is None else r.mask.to(r.s.dtype).reshape(1, -1)

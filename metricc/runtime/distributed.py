@@ -23,21 +23,50 @@ def _world_size(process_group: Any) -> int:
 
 
 def sync_counts(counts: Tensor, process_group: Any = None, *,
-                differentiable: bool = False) -> Tensor:
+                differentiable: bool = False, check_shapes: bool = True) -> Tensor:
     """Sum ``counts`` over the ranks of ``process_group`` (the default group for ``None``).
 
     ``differentiable=True`` uses the autograd-aware all-reduce, whose backward
     sums the incoming gradients over the ranks; otherwise the result is a
     detached sum. Outside an initialised process group this is the identity.
+    ``check_shapes`` first compares the shapes of all ranks (:func:`same_shape_on_every_rank`);
+    a backward, whose shapes are the forward's, skips it.
 
     >>> sync_counts(torch.ones(1, 4)).tolist()
     [[1.0, 1.0, 1.0, 1.0]]
     """
-    if _world_size(process_group) == 1:
+    world = _world_size(process_group)
+    if world == 1:
         return counts
+    if check_shapes and not torch.compiler.is_compiling():
+        same_shape_on_every_rank(counts, process_group, world)
     if differentiable:
         return _AllReduceSum.apply(counts, process_group)
     return _all_reduce_sum(counts.detach(), process_group)
+
+
+#: Length of the shape signature ranks exchange: the number of dims, then up to 7 sizes.
+_SIGNATURE = 8
+
+
+def same_shape_on_every_rank(t: Tensor, process_group: Any, world: int) -> None:
+    """Raise the same MetricError on every rank when ``t``'s shape differs between ranks.
+
+    An all-reduce of unequal sizes aborts the process inside gloo (SIGABRT) and hangs NCCL,
+    so the ranks first exchange a small signature (one all_gather of 8 integers and one
+    host sync); every rank then sees every shape and refuses together, before the reduce.
+    """
+    shape = tuple(t.shape)[:_SIGNATURE - 1]
+    sig = torch.tensor([t.dim(), *shape, *(-1,) * (_SIGNATURE - 1 - len(shape))],
+                       dtype=torch.int64, device=t.device)
+    gathered = [torch.empty_like(sig) for _ in range(world)]
+    dist.all_gather(gathered, sig, group=process_group)
+    shapes = [tuple(int(v) for v in g[1:1 + int(g[0])].tolist()) for g in gathered]
+    if len(set(shapes)) > 1:
+        listed = ", ".join(f"rank {r}: {s}" for r, s in enumerate(shapes))
+        raise MetricError(f"summing counts over ranks needs one shape on every rank, got {listed}; "
+                          "give every rank the same number of classes (and of rows), for "
+                          "example with num_classes or classes=")
 
 
 def _all_reduce_sum(t: Tensor, process_group: Any) -> Tensor:
@@ -201,7 +230,8 @@ class CountPool(torch.nn.Module):
         """Adjoint of the forward all-reduce: the sum of every rank's incoming gradient."""
         if not self.sync_dist:
             return grad
-        return sync_counts(grad, self.process_group)  # detached: backward is not differentiated
+        # detached: backward is not differentiated; its shapes are the checked forward's
+        return sync_counts(grad, self.process_group, check_shapes=False)
 
 
 def count_pool(sync_dist: bool, process_group: Any, memory_decay: float | None,

@@ -24,7 +24,7 @@ from .modes import class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
-from .symbolic import host_twin, symbolic_function
+from .symbolic import fits, host_twin, symbolic_function
 from .weights import validate_weight, weight_rows
 
 
@@ -233,6 +233,11 @@ class MetricLoss(torch.nn.Module):
             counts = self.pool(counts, differentiable=True)
         value = _rows(self.metric_value(*counts, self.eps), counts[0])
         loss = 1 - value if self.higher_is_better else value
+        if self.validate_args and loss.dtype != work and not torch.compiler.is_compiling():
+            # A float64 loss past float32's range would come back as -inf: refuse it as the
+            # symbolic backward does (one more host sync, as the data checks take).
+            flat = loss.detach().reshape(-1)
+            fits(float(flat[flat.abs().argmax()]) if flat.numel() else 0.0, work)
         return self._finite(loss.to(work)), support
 
     def _finite(self, losses: Tensor) -> Tensor:

@@ -325,15 +325,24 @@ class MatrixLoss(torch.nn.Module):
         q = class_probabilities(x, self.relax, self.from_logits,
                                 autograd=self.backward_mode == "autograd")
         samplewise = self.multidim_average == "samplewise"
-        if self.backward_mode == "symbolic":
-            losses = self._function.apply(q, y, w, self.eps, samplewise, self.pool,
-                                          *self._params())
-        else:
-            C = soft_matrix(q, y, w, samplewise)
-            if self.pool is not None:
-                (C,) = self.pool((C,), differentiable=True)
-            value = self.matrix_value(C, self.eps, *self._params())
-            losses = (1 - value if self.higher_is_better else value).to(work)
+        try:
+            if self.backward_mode == "symbolic":
+                losses = self._function.apply(q, y, w, self.eps, samplewise, self.pool,
+                                              *self._params())
+            else:
+                C = soft_matrix(q, y, w, samplewise)
+                if self.pool is not None:
+                    (C,) = self.pool((C,), differentiable=True)
+                value = self.matrix_value(C, self.eps, *self._params())
+                losses = (1 - value if self.higher_is_better else value).to(work)
+        except (RuntimeError, IndexError) as e:
+            # validate_args=False reads no data; torch's own index check (free, on the CPU) is
+            # then the one that fires: say which input and what to do.
+            if "out of bounds" not in str(e):
+                raise
+            raise MetricError(f"target holds class indices outside 0..{k - 1} (validate_args="
+                              "False skips the check that names them; pass ignore_index for "
+                              "masked elements)") from None
         if not samplewise:
             return losses[0]
         return reduce_samples(losses, torch.ones_like(losses, dtype=torch.bool), self.reduction)

@@ -83,6 +83,8 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if input.device != target.device:
         raise err(f"input is on {input.device} but target on {target.device}; move both to "
                   "one device")
+    if input.device.type == "meta":
+        raise err("input is a meta tensor, which holds no values; a loss needs real data")
     if input.numel() == 0 and not allow_empty:
         raise err(f"input is empty (shape {tuple(input.shape)}): a confusion matrix of no "
                   "elements has no metric; skip empty batches (if input.numel(): ...)")

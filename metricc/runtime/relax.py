@@ -27,7 +27,9 @@ class AnyLoss(Relaxation):
     """``sigmoid(amplifier * (p - 0.5))``, ``p`` the probability (``sigmoid(s)`` on logits)."""
 
     name = "anyloss"
-    amplifier = Option(73.0, positive=True)
+    amplifier = Option(73.0, positive=True, bounds=(
+        0.0, 1e30, ("a larger amplifier overflows float32 (inf * 0 = NaN in the gradient), and "
+                    "beyond about 1e8 the sigmoid is already a step at float32 resolution")))
 
     def value(self, s: Tensor, from_logits: bool, sigmoid: Any = torch.sigmoid) -> Tensor:
         p = sigmoid(s) if from_logits else s
@@ -209,7 +211,9 @@ class Softmax(Linear):
     """
 
     name = "softmax"
-    temperature = Option(1.0, positive=True)
+    temperature = Option(1.0, positive=True, bounds=(
+        1e-30, float("inf"), ("below it, logits / temperature overflow float32 and the softmax "
+                              "is NaN; below about 1e-4 it is already an argmax")))
     class_wise = True
 
     def check_options(self, from_logits: bool) -> None:

@@ -28,9 +28,11 @@ class Option:
     run without being imported.)
     """
 
-    def __init__(self, default: float, *, positive: bool = False, nonnegative: bool = True
-                 ) -> None:
+    def __init__(self, default: float, *, positive: bool = False, nonnegative: bool = True,
+                 bounds: tuple[float, float, str] | None = None) -> None:
         self.default, self.positive, self.nonnegative = default, positive, nonnegative
+        #: ``(least, most, why)``: the range where the loss stays finite (docs/numerics.md)
+        self.bounds = bounds
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -40,8 +42,11 @@ class Option:
         return self.default if obj is None else obj.__dict__.get(self.name, self.default)
 
     def check(self, value: Any) -> float:
-        return check_number(self.name, value, positive=self.positive,
-                            nonnegative=self.nonnegative)
+        v = check_number(self.name, value, positive=self.positive, nonnegative=self.nonnegative)
+        if self.bounds is not None and not self.bounds[0] <= v <= self.bounds[1]:
+            least, most, why = self.bounds
+            raise MetricError(f"{self.name}={v!r} is outside [{least:g}, {most:g}]: {why}")
+        return v
 
 
 def _declared(cls: type) -> dict[str, Option]:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import MetricError
 from .counts import (
     _counts,
     _host,
@@ -158,7 +159,7 @@ def symbolic_function(cls: Any) -> Any:
                     support = sums[2]
                     ctx.mark_non_differentiable(support)
                     host_loss = 1 - host_value if cls.higher_is_better else host_value
-                    return torch.full((1,), host_loss, dtype=work), support
+                    return torch.full((1,), fits(host_loss, work), dtype=work), support
                 counts = derive_counts(*sums.unbind())
             else:
                 counts = _counts(a, y, w, overwrite=overwrite, soft_label=soft_label)
@@ -204,3 +205,23 @@ def symbolic_function(cls: Any) -> Any:
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
     return SymbolicMetric
+
+
+def fits(loss: float, dtype: torch.dtype) -> float:
+    """``loss`` if ``dtype`` can hold it, else a MetricError (not torch's raw overflow error).
+
+    A formula's constants may reach 1e300 (docs/numerics.md), but a float32 loss ends at
+    3.4e38: ``1e39*TP/(TP+FP)`` needs float64 input.
+
+    >>> fits(-1e39, torch.float32)
+    Traceback (most recent call last):
+    ...
+    metricc.errors.MetricError: the loss is -1e+39, beyond float32's range (3.4e+38): ...
+    """
+    top = torch.finfo(dtype).max
+    if abs(loss) > top:
+        name = str(dtype).replace("torch.", "")
+        raise MetricError(f"the loss is {loss:.3g}, beyond {name}'s range ({top:.2g}): the "
+                          "formula's constants scale it; pass float64 input (input.double()) or "
+                          "scale the formula down")
+    return loss

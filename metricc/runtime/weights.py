@@ -46,7 +46,29 @@ def validate_weight(weight: Any, target: Tensor, validate_args: bool) -> Tensor:
         if lo < 0:
             raise err(f"weight has negative values (min {lo:.4g}); weights must be >= 0 "
                       "(0 leaves an element out)")
+        check_weight_total(hi * math.prod(target.shape), weight.dtype)
     return weight.expand(target.shape)
+
+
+#: Most total weight a batch may carry, by the precision its counts are summed in: the
+#: metrics multiply two counts (MCC's TP * TN), which must stay finite (float32: 3.4e38).
+WEIGHT_TOTAL_LIMIT = {torch.float64: 1e150, "other": 1e18}
+
+
+def check_weight_total(bound: float, dtype: torch.dtype) -> None:
+    """Refuse a weight map whose total (bounded by max * elements) would overflow the counts.
+
+    >>> check_weight_total(1e38 * 16, torch.float32)
+    Traceback (most recent call last):
+    ...
+    metricc.errors.MetricError: weight total up to 1.6e+39 overflows the counts (float32: at most 1e+18); ...
+    """
+    limit = WEIGHT_TOTAL_LIMIT[torch.float64] if dtype == torch.float64 \
+        else WEIGHT_TOTAL_LIMIT["other"]
+    if bound > limit:
+        name = str(dtype).replace("torch.", "")
+        raise MetricError(f"weight total up to {bound:.2g} overflows the counts ({name}: at most "
+                          f"{limit:g}); scale the weights down, or pass float64 weights")
 
 
 def weight_rows(weight: Tensor, n: int, per_class: bool, classes: tuple[int, ...] | None,
