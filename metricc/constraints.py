@@ -156,14 +156,14 @@ class ConstraintCheck:
 
 
 def _direction(d: sympy.Expr) -> tuple[str, str]:
-    from .analysis.counts_check import _positive, _sampled_direction, _sign
+    from .analysis.counts_check import positive_form, proven_sign, sampled_direction
 
     if d == 0:
         return "constant", "symbolic"
-    sampled = _sampled_direction(d)
+    sampled = sampled_direction(d)
     if sampled == "mixed":
         return "mixed", "sampled"
-    s = _sign(_positive(d))
+    s = proven_sign(positive_form(d))
     if s is not None:
         return {1: "increasing", -1: "decreasing", 0: "constant"}[s], "symbolic"
     return sampled, "sampled"
@@ -177,7 +177,7 @@ def _balances() -> list[tuple[float, float]]:
 
 def check_constraint(c: Constraint) -> ConstraintCheck:
     """:class:`ConstraintCheck` of ``c``: the directions along right moves and the best value."""
-    from .analysis.counts_check import _positive, _sign
+    from .analysis.counts_check import positive_form, proven_sign
 
     e = c.metric.expr
     grad = c.metric.gradient
@@ -187,7 +187,7 @@ def check_constraint(c: Constraint) -> ConstraintCheck:
     best = sympy.simplify(e.xreplace({_TP: P, _FN: sympy.Integer(0), _FP: sympy.Integer(0),
                                       _TN: N}))
     gap = sympy.simplify(c.sense * (best - c.exact_bound))
-    s = _sign(_positive(gap.xreplace({P: _TP, N: _TN})))
+    s = proven_sign(positive_form(gap.xreplace({P: _TP, N: _TN})))
     method = "symbolic" if "sampled" not in (m1, m2) else "sampled"
     if s is not None:
         met: bool | None = s >= 0

@@ -52,7 +52,7 @@ class CountsScoring:
         :class:`MetricError`, or returns ``zero_division`` when that is given.
         Counts the formula does not use may be left out.
         """
-        from .evaluate.counts import exact_value
+        from .evaluate.values import exact_value
 
         given = dict(zip(_COUNT_ARGS, (tp, fp, fn, tn), strict=False))
         used = {s.name.lower() for s in self.expr.free_symbols}

@@ -37,6 +37,7 @@ from .library import micro_tn_refusal
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from .analysis.curve_check import CurveCheckReport
     from .analysis.matrix_check import MatrixCheckReport
     from .verify.counts import VerificationReport
 
@@ -156,7 +157,7 @@ class Metric(CountsScoring, ConstraintMethods):
                 self.expr, self.matrix_parameters)
         return self._kernels_source
 
-    def check(self) -> CheckReport | MatrixCheckReport:
+    def check(self) -> CheckReport | MatrixCheckReport | CurveCheckReport:
         """Where the metric is undefined, its monotonicity in each count and its range
         (a :class:`~metricc.analysis.matrix_check.MatrixCheckReport` for K x K metrics).
 

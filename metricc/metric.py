@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from .analysis.statistics import analysis_errors, statistic_of
 from .curve_metric import CurveMetric
 from .errors import MetricError, MissingParameterError, suggest_all
 from .facade import Metric
+from .language.curve import CurveFormula
+from .language.matrix import MatrixFormula
 from .language.parse import Formula, check_single_identifier, known_names, parse
 from .library import lookup
 from .matrix_metric import MatrixMetric
@@ -71,7 +73,7 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def _check_parameter_ranges(parsed: Formula, given: Mapping[str, float]) -> None:
+def _check_parameter_ranges(parsed: Formula | MatrixFormula | CurveFormula, given: Mapping[str, float]) -> None:
     """Refuse a named metric's parameter outside its range (``fbeta`` with ``beta < 0``)."""
     for metric_name in parsed.metrics:
         metric = lookup(metric_name)
@@ -181,8 +183,10 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         if getattr(parsed, "constraints", ()) or constraints:
             from .constraints import build_constraints
 
+            assert isinstance(parsed, Formula)  # constraints are refused above for other statistics
             built = build_constraints(parsed, constraints, _constraint_metric)
-        metric = FACADES[statistic.name](parsed, given, name, direction, built)
+        # each statistic's facade takes its own parsed record (the statistic_of() above)
+        metric = FACADES[statistic.name](cast(Any, parsed), given, name, direction, built)
         # this very cache entry, for pickling
         metric._spec = (formula, param_items, higher_is_better, constraints)
         for i, c in enumerate(metric.constraints):

@@ -89,7 +89,10 @@ def _matrix_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
 
 
 def _curve_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
+    from .analysis.curve_check import CurveCheckReport
+
     report = metric.check()
+    assert isinstance(report, CurveCheckReport)  # a curve metric's
     doc = _header(metric, name, "threshold-free (ROC/PR curve) metric")
     if metric.parameters:
         doc += ["Parameters: " + ", ".join(f"{k} = {v!r}" for k, v in

@@ -17,7 +17,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import metricc
-from metricc.runtime.counts import _counts, soft_counts
+from metricc.runtime.counts import masked_counts, soft_counts
 from metricc.runtime.options import MODES
 from metricc.runtime.relax import Pair, bound_relaxation, relax, relax_grad
 
@@ -115,7 +115,7 @@ def test_counts_float32_sums_match_float64(weighted: bool) -> None:
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-3)
     # The in-place variant the symbolic forward uses gives the same counts.
-    inplace = torch.stack(_counts(a.clone(), y, w, overwrite=True))
+    inplace = torch.stack(masked_counts(a.clone(), y, w, overwrite=True))
     torch.testing.assert_close(inplace, got, rtol=0, atol=0)
 
 
@@ -177,13 +177,13 @@ def test_index_labels_fused_form_equals_bincount_and_scatter(
     """Class-index targets off the CPU's eager path (compiled, GPU): compact indices,
     counts from ``y == c`` and the backward's ``where`` = the bincount/scatter path."""
     import metricc.runtime.counts as counts
-    from metricc.runtime.counts import _index_counts, compact_indices
+    from metricc.runtime.counts import compact_indices, index_counts
 
     gen = torch.Generator().manual_seed(classes)
     x = torch.randn(3, classes, 40, generator=gen, dtype=torch.float64)
     y = torch.randint(0, classes, (3, 40), generator=gen)
     a = torch.softmax(x, 1)
-    host = torch.stack(_index_counts(a, y.unsqueeze(1)))
+    host = torch.stack(index_counts(a, y.unsqueeze(1)))
     loss = metricc.compile("tversky", alpha=0.3, beta=0.7).loss(
         "linear", mode="multiclass", from_logits=True)
     x1 = x.clone().requires_grad_(True)
@@ -191,7 +191,7 @@ def test_index_labels_fused_form_equals_bincount_and_scatter(
     monkeypatch.setattr(counts, "_host", lambda t: False)
     small = compact_indices(y.unsqueeze(1), classes)
     assert small.dtype == (torch.int8 if classes < 127 else torch.int16)
-    torch.testing.assert_close(torch.stack(_index_counts(a, small)), host, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.stack(index_counts(a, small)), host, rtol=1e-12, atol=1e-12)
     x2 = x.clone().requires_grad_(True)
     (g_fused,) = torch.autograd.grad(loss(x2, y), x2)
     torch.testing.assert_close(g_fused, g_host, rtol=1e-12, atol=1e-15)
@@ -199,7 +199,7 @@ def test_index_labels_fused_form_equals_bincount_and_scatter(
     # no class, also past the compact type's range, instead of wrapping onto one.
     bad = torch.tensor([[[-1, classes, 300, 70000, 0]]])
     ones = torch.ones(1, classes, 5, dtype=torch.float64)
-    tp, _, fn, _ = _index_counts(ones, compact_indices(bad, classes))
+    tp, _, fn, _ = index_counts(ones, compact_indices(bad, classes))
     assert tp[0].item() == 1 and float(tp[1:].sum()) == 0 and float((tp + fn).sum()) == 1
 
 

@@ -181,16 +181,16 @@ def _moves(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
     out = {}
     for key, (up, down) in MOVES.items():
         # No cancel() here: on wide formulas (min of many terms) it alone took seconds;
-        # _sign simplifies within its own size limit and time budget.
+        # proven_sign simplifies within its own size limit and time budget.
         out[key] = _direction(key, gradient[up] - gradient[down])
     return out
 
 
-def _positive(e: sympy.Expr) -> sympy.Expr:
+def positive_form(e: sympy.Expr) -> sympy.Expr:
     return e.xreplace(TO_POSITIVE)
 
 
-def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
+def proven_sign(e: sympy.Expr, depth: int = 0) -> int | None:
     """``1`` if ``e >= 0`` for all positive counts, ``-1`` if ``<= 0``, ``0`` if ``e == 0``.
 
     ``None`` where SymPy cannot tell. ``e`` must be over positive count symbols.
@@ -208,13 +208,13 @@ def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
     if isinstance(e, sympy.Mul):
         result = 1
         for a in e.args:
-            s = _sign(a, depth + 1)
+            s = proven_sign(a, depth + 1)
             if s is None or s == 0:
                 return s
             result *= s
         return result
     if isinstance(e, sympy.Pow) and e.exp.is_number:
-        s = _sign(e.base, depth + 1)
+        s = proven_sign(e.base, depth + 1)
         if s == 1:
             return 1
         if s == -1 and e.exp.is_integer:
@@ -222,10 +222,10 @@ def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
         return None
     num, den = sympy.fraction(sympy.together(e))
     if den != 1:
-        sn = _sign(num, depth + 1)
+        sn = proven_sign(num, depth + 1)
         if sn == 0:
             return 0
-        sd = _sign(den, depth + 1)
+        sd = proven_sign(den, depth + 1)
         return None if sn is None or sd is None else sn * sd
     if isinstance(e, sympy.Add) and expansion_size(e) <= MAX_EXPANSION:
         for rewrite in (sympy.factor, sympy.expand):
@@ -240,7 +240,7 @@ def _sign(e: sympy.Expr, depth: int = 0) -> int | None:
             if g.is_nonpositive:
                 return -1
             if isinstance(g, sympy.Mul):
-                return _sign(g, depth + 1)
+                return proven_sign(g, depth + 1)
     return None
 
 
@@ -281,7 +281,7 @@ def _confirmed_sign(e: sympy.Expr, index: int) -> int:
     return 1 if v.real > 0 else -1
 
 
-def _sampled_direction(d: sympy.Expr) -> str:
+def sampled_direction(d: sympy.Expr) -> str:
     """Monotonicity from the sign of the partial ``d`` at the sample points."""
     fn = _evaluator(d)
     vals = _values(fn) if fn is not None else []
@@ -309,10 +309,10 @@ def _direction(k: str, d: sympy.Expr) -> Monotonicity:
     """The sign of the derivative ``d`` over positive counts, proved where SymPy can."""
     if d == 0:
         return Monotonicity(k, "constant", "symbolic")
-    sampled = _sampled_direction(d)
+    sampled = sampled_direction(d)
     if sampled == "mixed":  # two confirmed witnesses: no proof of a sign can exist
         return Monotonicity(k, "mixed", "sampled")
-    s = _sign(_positive(d))
+    s = proven_sign(positive_form(d))
     if s is not None:
         return Monotonicity(k, {1: "increasing", -1: "decreasing", 0: "constant"}[s], "symbolic")
     return Monotonicity(k, sampled, "sampled")
@@ -327,15 +327,15 @@ def _bounds(expr: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None,
     fn = _evaluator(expr)
     vals = [v for _, v in _values(fn)] if fn is not None else []
     sampled = (min(vals), max(vals)) if vals else None
-    e = _positive(expr)
+    e = positive_form(expr)
     lower = upper = None
     # Candidates the samples do not already refute, tightest first.
     for c in (1, 0, -1):
-        if (sampled is None or sampled[0] >= c - 1e-12) and _sign(e - c) == 1:
+        if (sampled is None or sampled[0] >= c - 1e-12) and proven_sign(e - c) == 1:
             lower = sympy.Integer(c)
             break
     for c in (-1, 0, 1):
-        if (sampled is None or sampled[1] <= c + 1e-12) and _sign(c - e) == 1:
+        if (sampled is None or sampled[1] <= c + 1e-12) and proven_sign(c - e) == 1:
             upper = sympy.Integer(c)
             break
     # |metric| <= 1 is often provable through metric**2: for num/den that is
@@ -345,7 +345,7 @@ def _bounds(expr: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None,
         num, den = sympy.fraction(sympy.together(e))
         gap = den**2 - num**2
         if (sympy.count_ops(gap) <= _SIZE_LIMIT and expansion_size(gap) <= MAX_EXPANSION
-                and _sign(sympy.expand(gap)) == 1):
+                and proven_sign(sympy.expand(gap)) == 1):
             lower = sympy.Integer(-1) if lower is None else lower
             upper = sympy.Integer(1) if upper is None else upper
     return lower, upper, sampled
@@ -375,7 +375,9 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
             except BudgetExceeded as e:
                 raise MetricError(f"check() could not analyse this formula: {e} "
                                   "(loss(..., warn_monotonicity=False) skips check())") from None
-    return CheckReport(expr, *found[:6], higher_is_better, budget.exhausted, found[6])
+    undefined, rough, monotonicity, lower, upper, sampled, moves = found
+    return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled, higher_is_better,
+                       budget.exhausted, moves)
 
 
 def _findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple[Any, ...]:

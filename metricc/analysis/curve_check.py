@@ -103,7 +103,7 @@ def sample_curves(samples: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
     ``T = 3 .. 24``: ``TP_0 = P``, ``FP_0 = N``, non-increasing, some ending at 0, some with
     flat stretches (ties), totals from 1 to 1000."""
     rng = np.random.default_rng(seed)
-    out = []
+    out: list[tuple[np.ndarray, ...]] = []
     for T in (3, 4, 6, 9, 16, 24):
         r = samples // 6
         P = np.exp(rng.uniform(0, np.log(1000), r))

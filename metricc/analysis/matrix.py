@@ -100,7 +100,7 @@ def guard_matrix(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
             if exp.is_negative or not exp.is_integer:
                 return sympy.Pow(base + eps, exp)
             return sympy.Pow(base, exp)
-        if isinstance(e, ARGUMENT_GUARDED):  # log(x) -> log(x + eps)
+        if any(isinstance(e, g) for g in ARGUMENT_GUARDED):  # log(x) -> log(x + eps)
             return e.func(args[0] + eps)
         if isinstance(e, Present):
             return e  # flat: no guard needed inside

@@ -100,6 +100,11 @@ class CurveStatefulMetric(_TorchMetric):
     higher_is_better = True
     full_state_update = False
 
+    # torchmetrics states (add_state): lists of batches in exact mode, one histogram binned
+    preds: list[Tensor]
+    target: list[Tensor]
+    hist: Tensor
+
     def __init__(self, expr: sympy.Expr, values: Mapping[str, float] | None = None, *,
                  thresholds: Any = None, mode: str = "binary", num_labels: int | None = None,
                  num_classes: int | None = None, average: str | None = "macro",

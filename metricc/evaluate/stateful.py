@@ -29,7 +29,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from ..errors import MetricError
 from ..runtime.averages import class_average_weights
 from ..runtime.options import MULTIDIM_AVERAGES, check_class_options, check_flag, select_classes
-from .counts import _multiclass, _multilabel, check_01_preds
+from .counts import check_01_preds, multiclass_hard_rows, multilabel_hard_rows
 from .matrix import hard_confusion_matrix
 
 #: A compiled :class:`metricc.Metric`; not imported, as metric.py imports this module.
@@ -204,14 +204,14 @@ class StatefulMetric(_ShapeCheckedSync):
                 raise err(f"preds and target must have the same shape, got {tuple(p.shape)} and "
                           f"{tuple(target.shape)}")
             n = p.shape[0] if p.dim() else 1
-            return _multilabel(p.reshape(n, 1, -1), target.reshape(n, 1, -1), self.threshold,
+            return multilabel_hard_rows(p.reshape(n, 1, -1), target.reshape(n, 1, -1), self.threshold,
                                self.ignore_index, "binary", _CALL)
         if self.mode == "multilabel":
             if p.dim() < 2 or p.shape[1] != self.num_classes:
                 raise err(f"mode='multilabel' with num_classes={self.num_classes} needs preds of "
                           f"shape (N, {self.num_classes}, *), got {tuple(p.shape)}")
-            return _multilabel(p, target, self.threshold, self.ignore_index, "multilabel", _CALL)
-        return _multiclass(p, target, self.ignore_index, self.num_classes)
+            return multilabel_hard_rows(p, target, self.threshold, self.ignore_index, "multilabel", _CALL)
+        return multiclass_hard_rows(p, target, self.ignore_index, self.num_classes)
 
     def _check_scores(self, preds: Tensor) -> None:
         lo, hi = (float(v) for v in torch.aminmax(preds.detach().to(torch.float64)))

@@ -104,7 +104,8 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
 #: Functions only a K x K formula may call.
 MATRIX_FUNCTIONS = tuple(n for n, f in FUNCTIONS.items() if f.matrix_only)
 #: Nodes whose argument the eps guards shift by ``eps`` (``log(x) -> log(x + eps)``).
-ARGUMENT_GUARDED = tuple(f.node for f in FUNCTIONS.values() if f.guard == "argument")
+ARGUMENT_GUARDED: tuple[type, ...] = tuple(f.node for f in FUNCTIONS.values()
+                                           if f.guard == "argument" and f.node is not None)
 
 TORCH_CALLS: dict[str, TorchCall] = {c.name: c for c in (
     TorchCall("sqrt", sympy.sqrt, math.sqrt),

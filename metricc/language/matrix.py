@@ -204,6 +204,138 @@ def total() -> sympy.Expr:
     return Sum(C[i, j], (i, 0, K - 1), (j, 0, K - 1))
 
 
+class _Resolver:
+    """The state of one :func:`resolve_matrix` call: bindings, parameters, indices in use."""
+
+    def __init__(self, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr, pos: Any,
+                 functions: Collection[str], library_formula: Callable[[str], MatrixFormula]) -> None:
+        self.pos, self.functions, self.library_formula = pos, functions, library_formula
+        self.defined: dict[str, sympy.Expr] = {}
+        self.params: set[str] = set()
+        self.matrices: set[str] = set()
+        self.defaults: dict[str, Any] = {}
+        self.used_metrics: list[str] = []
+        self.index_names: set[str] = set()
+        for e in [*(x for _, x in bindings), body]:
+            for s in sympy.preorder_traversal(e):
+                if isinstance(s, (SumOf, Entry)):
+                    self.index_names.update(v.name for v in s.args[1:])
+                elif isinstance(s, (RowTotal, ColTotal, Delta)):
+                    self.index_names.update(v.name for v in s.args if isinstance(v, sympy.Symbol))
+
+    def fail(self, message: str, name: str) -> MetricError:
+        t = self.pos.first_use.get(name) or self.pos.call_tokens.get(name)
+        return self.pos.error(message, t) if t is not None else MetricError(message)
+
+    def index(self, x: sympy.Expr, bound: dict[str, sympy.Expr], what: str) -> sympy.Expr:
+        if not isinstance(x, sympy.Symbol):  # pragma: no cover - the parser checks this
+            raise MetricError(f"{what} takes class-index names")
+        if x.name not in bound:
+            raise self.fail(f"index '{x.name}' is not summed over here: write it inside "
+                            f"sum({x.name}, ...)", x.name)
+        return bound[x.name]
+
+    def add_bindings(self, bindings: list[tuple[Any, sympy.Expr]]) -> None:
+        pos = self.pos
+        for name_tok, expr in bindings:
+            name = str(name_tok)
+            if name in COUNTS:
+                raise pos.error(f"'{name}' is a built-in count and cannot be redefined", name_tok)
+            if name in self.functions or name in MATRIX_FUNCTIONS:
+                raise pos.error(f"'{name}' is a function and cannot be redefined", name_tok)
+            if name in ("C", "K"):
+                raise pos.error(f"'{name}' is built into K x K formulas and cannot be redefined",
+                                name_tok)
+            if name in self.defined:
+                raise pos.error(f"'{name}' is defined twice", name_tok)
+            if name in self.index_names:
+                raise pos.error(f"'{name}' is a class index and cannot be a binding", name_tok)
+            self.defined[name] = expr
+        for name_tok, expr in bindings:  # a binding may only use the ones above it
+            later = [str(t) for t, _ in bindings[[str(b) for b, _ in bindings].index(str(name_tok)):]]
+            for s in expr.atoms(sympy.Symbol):
+                if s.name in later:
+                    raise pos.error(f"'{s.name}' is used before it is defined", pos.first_use[s.name])
+
+    def name(self, name: str, bound: dict[str, sympy.Expr], stack: tuple[str, ...]) -> sympy.Expr:
+        """A name as written: an index, a binding, ``K``, ``n``, a named metric or a parameter."""
+        if name in bound:
+            return bound[name]
+        if name in self.defined:
+            if name in stack:  # pragma: no cover - bindings only see earlier ones
+                raise self.fail(f"'{name}' refers to itself", name)
+            return self.walk(self.defined[name], bound, (*stack, name))
+        if name == "K":
+            return K
+        if name == "n":
+            return total()
+        if name in COUNTS or name in DERIVED:
+            raise self.fail(f"'{name}' is a 2x2 count; a K x K formula uses C[i,j], row(i), "
+                            "col(j), n and K (docs/matrix.md)", name)
+        if name in self.index_names:
+            raise self.fail(f"index '{name}' is used outside a sum over it", name)
+        metric = lookup(name)
+        if metric is None:
+            self.params.add(name)
+            return sympy.Symbol(name)
+        if not metric.matrix:
+            raise self.fail(f"'{name}' is a 2x2 metric and cannot be mixed with the K x K "
+                            "matrix; use a multiclass metric such as multiclass_accuracy", name)
+        inner = self.library_formula(metric.name)
+        if metric.name not in self.used_metrics:
+            self.used_metrics.append(metric.name)
+        for k, v in inner.defaults.items():
+            self.defaults.setdefault(k, v)
+        self.params.update(inner.parameters)
+        self.matrices.update(inner.matrix_parameters)
+        return inner.expr
+
+    def entry(self, e: Entry, bound: dict[str, sympy.Expr]) -> sympy.Expr:
+        base, i, j = e.args
+        ii, jj = self.index(i, bound, "an entry"), self.index(j, bound, "an entry")
+        if base.name == "C":
+            return C[ii, jj]
+        if base.name in COUNTS or base.name in DERIVED or base.name in self.functions \
+                or base.name in self.defined or lookup(base.name) is not None:
+            raise self.fail(f"'{base.name}' cannot be indexed; C[i, j] is the confusion matrix "
+                            "and other indexed names are K x K parameters", base.name)
+        reason = reserved_matrix_name(base.name)
+        if reason is not None:
+            raise self.fail(f"{reason} and cannot name a K x K parameter; rename it "
+                            "(for example W[i, j])", base.name)
+        self.matrices.add(base.name)
+        return IndexedBase(base.name)[ii, jj]
+
+    def walk(self, e: sympy.Expr, bound: dict[str, sympy.Expr], stack: tuple[str, ...]) -> sympy.Expr:
+        if isinstance(e, sympy.Symbol):  # in a raw tree every symbol is a name as written
+            return self.name(e.name, bound, stack)
+        if isinstance(e, SumOf):
+            inner_body, *names = e.args
+            new = dict(bound)
+            limits = []
+            for v in names:
+                if v.name in bound:
+                    raise self.fail(f"index '{v.name}' is already summed over; use another name", v.name)
+                s = _index_symbol(v.name)
+                new[v.name] = s
+                limits.append((s, 0, K - 1))
+            return Sum(self.walk(inner_body, new, stack), *limits)
+        if isinstance(e, Entry):
+            return self.entry(e, bound)
+        if isinstance(e, RowTotal):
+            return row_total(self.index(e.args[0], bound, "row()"))
+        if isinstance(e, ColTotal):
+            return col_total(self.index(e.args[0], bound, "col()"))
+        if isinstance(e, Delta):
+            return KroneckerDelta(self.index(e.args[0], bound, "delta()"),
+                                  self.index(e.args[1], bound, "delta()"))
+        if isinstance(e, PresentCall):
+            return Present(self.walk(e.args[0], bound, stack))
+        if not e.args:
+            return e
+        return e.func(*(self.walk(a, bound, stack) for a in e.args))
+
+
 def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,
                    pos: Any, functions: Collection[str],
                    library_formula: Callable[[str], MatrixFormula]) -> MatrixFormula:
@@ -216,136 +348,11 @@ def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
     Bindings are substituted where they are used, so a binding may mention an
     index (``recall = C[i,i]/row(i)``) that a ``sum`` around its use binds.
     """
-    FUNCTIONS = functions
-    _Name = sympy.Symbol  # in a raw tree every symbol is a name as written
-
-    defined: dict[str, sympy.Expr] = {}
-    params: set[str] = set()
-    matrices: set[str] = set()
-    defaults: dict[str, Any] = {}
-    index_names: set[str] = set()
-    used_metrics: list[str] = []
-    for e in [*(x for _, x in bindings), body]:
-        for s in sympy.preorder_traversal(e):
-            if isinstance(s, SumOf):
-                index_names.update(v.name for v in s.args[1:])
-            elif isinstance(s, (Entry,)):
-                index_names.update(v.name for v in s.args[1:])
-            elif isinstance(s, (RowTotal, ColTotal, Delta)):
-                index_names.update(v.name for v in s.args if isinstance(v, _Name))
-
-    def tok(name: str) -> Any:
-        return pos.first_use.get(name) or pos.call_tokens.get(name)
-
-    def fail(message: str, name: str) -> MetricError:
-        t = tok(name)
-        return pos.error(message, t) if t is not None else MetricError(message)
-
-    def index(x: sympy.Expr, bound: dict[str, sympy.Expr], what: str) -> sympy.Expr:
-        if not isinstance(x, _Name):  # pragma: no cover - the parser checks this
-            raise MetricError(f"{what} takes class-index names")
-        if x.name not in bound:
-            raise fail(f"index '{x.name}' is not summed over here: write it inside "
-                       f"sum({x.name}, ...)", x.name)
-        return bound[x.name]
-
-    def walk(e: sympy.Expr, bound: dict[str, sympy.Expr], stack: tuple[str, ...]) -> sympy.Expr:
-        if isinstance(e, _Name):
-            name = e.name
-            if name in bound:
-                return bound[name]
-            if name in defined:
-                if name in stack:  # pragma: no cover - bindings only see earlier ones
-                    raise fail(f"'{name}' refers to itself", name)
-                return walk(defined[name], bound, (*stack, name))
-            if name == "K":
-                return K
-            if name == "n":
-                return total()
-            if name in COUNTS or name in DERIVED:
-                raise fail(f"'{name}' is a 2x2 count; a K x K formula uses C[i,j], row(i), "
-                           "col(j), n and K (docs/matrix.md)", name)
-            if name in index_names:
-                raise fail(f"index '{name}' is used outside a sum over it", name)
-            metric = lookup(name)
-            if metric is not None:
-                if not metric.matrix:
-                    raise fail(f"'{name}' is a 2x2 metric and cannot be mixed with the K x K "
-                               "matrix; use a multiclass metric such as multiclass_accuracy",
-                               name)
-                inner = library_formula(metric.name)
-                if metric.name not in used_metrics:
-                    used_metrics.append(metric.name)
-                for k, v in inner.defaults.items():
-                    defaults.setdefault(k, v)
-                params.update(inner.parameters)
-                matrices.update(inner.matrix_parameters)
-                return inner.expr
-            params.add(name)
-            return sympy.Symbol(name)
-        if isinstance(e, SumOf):
-            inner_body, *names = e.args
-            new = dict(bound)
-            limits = []
-            for v in names:
-                if v.name in bound:
-                    raise fail(f"index '{v.name}' is already summed over; use another name",
-                               v.name)
-                s = _index_symbol(v.name)
-                new[v.name] = s
-                limits.append((s, 0, K - 1))
-            return Sum(walk(inner_body, new, stack), *limits)
-        if isinstance(e, Entry):
-            base, i, j = e.args
-            ii, jj = index(i, bound, "an entry"), index(j, bound, "an entry")
-            if base.name == "C":
-                return C[ii, jj]
-            if base.name in COUNTS or base.name in DERIVED or base.name in FUNCTIONS \
-                    or base.name in defined or lookup(base.name) is not None:
-                raise fail(f"'{base.name}' cannot be indexed; C[i, j] is the confusion matrix "
-                           "and other indexed names are K x K parameters", base.name)
-            reason = reserved_matrix_name(base.name)
-            if reason is not None:
-                raise fail(f"{reason} and cannot name a K x K parameter; rename it "
-                           "(for example W[i, j])", base.name)
-            matrices.add(base.name)
-            return IndexedBase(base.name)[ii, jj]
-        if isinstance(e, RowTotal):
-            return row_total(index(e.args[0], bound, "row()"))
-        if isinstance(e, ColTotal):
-            return col_total(index(e.args[0], bound, "col()"))
-        if isinstance(e, Delta):
-            return KroneckerDelta(index(e.args[0], bound, "delta()"),
-                                  index(e.args[1], bound, "delta()"))
-        if isinstance(e, PresentCall):
-            return Present(walk(e.args[0], bound, stack))
-        if not e.args:
-            return e
-        return e.func(*(walk(a, bound, stack) for a in e.args))
-
-    for name_tok, expr in bindings:
-        name = str(name_tok)
-        if name in COUNTS:
-            raise pos.error(f"'{name}' is a built-in count and cannot be redefined", name_tok)
-        if name in FUNCTIONS or name in MATRIX_FUNCTIONS:
-            raise pos.error(f"'{name}' is a function and cannot be redefined", name_tok)
-        if name in ("C", "K"):
-            raise pos.error(f"'{name}' is built into K x K formulas and cannot be redefined",
-                            name_tok)
-        if name in defined:
-            raise pos.error(f"'{name}' is defined twice", name_tok)
-        if name in index_names:
-            raise pos.error(f"'{name}' is a class index and cannot be a binding", name_tok)
-        defined[name] = expr
-    for name_tok, expr in bindings:  # a binding may only use the ones above it
-        later = [str(t) for t, _ in bindings[[str(b) for b, _ in bindings].index(str(name_tok)):]]
-        for s in expr.atoms(_Name):
-            if s.name in later:
-                raise pos.error(f"'{s.name}' is used before it is defined",
-                                pos.first_use[s.name])
-    (expr,) = share_sums([walk(body, {}, ())])
+    r = _Resolver(bindings, body, pos, functions, library_formula)
+    r.add_bindings(bindings)
+    (expr,) = share_sums([r.walk(body, {}, ())])
     if not expr.has(C):
         raise MetricError(f"formula {text.strip()!r} does not depend on the confusion matrix "
                           "C; a metric must use C[i, j], row(i), col(j) or n")
-    return MatrixFormula(text, expr, tuple(sorted(params)), tuple(sorted(matrices)), defaults,
-                         tuple(used_metrics))
+    return MatrixFormula(text, expr, tuple(sorted(r.params)), tuple(sorted(r.matrices)), r.defaults,
+                         tuple(r.used_metrics))

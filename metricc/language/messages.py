@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import lark
 from lark import Token
@@ -91,7 +91,8 @@ def syntax_tree(text: str, pos: Position, start: str = "start") -> Any:
             raise e.orig_exc from None
         raise
     except lark.exceptions.UnexpectedCharacters as e:
-        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        at = cast(int, e.pos_in_stream)  # lark types the class attribute (None); raised, it is an int
+        ch = text[at] if at < len(text) else ""
         hint = ""
         if ch in "'\"":
             hint = "; formulas have no strings"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import sympy
 
@@ -322,7 +322,9 @@ def _library_formula(name: str) -> Formula:
     metric = lookup(name)
     assert metric is not None
     f = parse(metric.formula)
-    return Formula(f.text, f.expr, f.parameters, dict(metric.params), {}, (metric.name,))
+    # A 2x2 library metric's defaults are numbers (string ones are K x K matrices).
+    defaults = cast("dict[str, float]", dict(metric.params))
+    return Formula(f.text, f.expr, f.parameters, defaults, {}, (metric.name,))
 
 
 def check_single_identifier(text: str) -> None:

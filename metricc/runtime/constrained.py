@@ -27,7 +27,16 @@ from torch import Tensor
 from ..errors import MetricError
 from .constraint_defaults import CONSTRAINED_DEFAULTS, StallWatch, watch_stall
 from .constraint_state import ConstraintState
-from .counts import _counts, _host, _rows, _to_input_dtype, _wide, count_sums, derive_counts, soft_counts
+from .counts import (
+    as_count_rows,
+    count_sums,
+    derive_counts,
+    masked_counts,
+    on_host,
+    soft_counts,
+    to_input_dtype,
+    wide_dtype,
+)
 from .distributed import CountPool, recomputing
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
@@ -100,7 +109,7 @@ def _kernel(cls: type[MetricLoss], counts: tuple[Any, ...], eps: float, coeffici
     tp, fp, fn, tn = counts
     rows = (cls.metric_and_coefficients(tp, fp, fn, tn, eps) if coefficients
             else (cls.metric_value(tp, fp, fn, tn, eps),))
-    return tuple(_rows(x, counts[0]) for x in rows)
+    return tuple(as_count_rows(x, counts[0]) for x in rows)
 
 
 def _psi(v: Any, lam: Any, rho: float) -> tuple[Any, Any]:
@@ -147,7 +156,7 @@ class _ConstrainedFunction(torch.autograd.Function):
     def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, lam: Tensor, terms: _Terms,
                 pool: CountPool | None) -> tuple[Tensor, Tensor]:
         in_dtype = s.dtype
-        work = _wide(in_dtype)
+        work = wide_dtype(in_dtype)
         if work != in_dtype:
             s, y = s.to(work), y.to(work)
             w = None if w is None else w.to(work)
@@ -167,7 +176,7 @@ class _ConstrainedFunction(torch.autograd.Function):
                 ctx.mark_non_differentiable(pooled)
                 return torch.full((1,), loss, dtype=work), pooled
         else:
-            counts = _counts(a, y, w, overwrite=a is not s)
+            counts = masked_counts(a, y, w, overwrite=a is not s)
         if pool is not None:
             counts = pool(counts)
         loss, c1, c0 = _lagrangian(terms, counts, lam, coefficients=True)
@@ -191,7 +200,7 @@ class _ConstrainedFunction(torch.autograd.Function):
             grad_s = grad_s.mul_(w)
         if d is not None:
             grad_s = grad_s.mul_(d)
-        return _to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None
+        return to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None
 
 
 class ConstrainedLoss(ConstraintState):
@@ -274,25 +283,6 @@ class ConstrainedLoss(ConstraintState):
         if self.hard_pool is not None:
             self.hard_pool.reset()
 
-    def reset_multipliers(self) -> None:
-        """Set every multiplier back to 0 (one per constraint, as at construction)."""
-        self.stepped_from = None
-        self.multipliers = torch.zeros(len(self.constraints), dtype=torch.float64,
-                                       device=self.multipliers.device)
-        self.constraint_values = torch.full_like(self.multipliers, math.nan)
-
-    def log_dict(self) -> dict[str, float]:
-        """``{"<label>": value, "multiplier/<label>": lam}`` for the single-matrix case."""
-        if self.multipliers.dim() != 1:
-            raise MetricError("log_dict() reports one multiplier per constraint; "
-                                             "this loss holds one row per model (row_losses)")
-        out: dict[str, float] = {}
-        for label, h, lam in zip(self.labels, self.constraint_values.tolist(),
-                                 self.multipliers.tolist(), strict=True):
-            out[label] = h
-            out[f"multiplier/{label}"] = lam
-        return out
-
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         obj = self.objective
         # An empty shard under sync_dist joins the all-reduce with zero counts, as in MetricLoss.
@@ -335,7 +325,7 @@ class ConstrainedLoss(ConstraintState):
         if obj.backward_mode == "symbolic":
             loss, pooled = _ConstrainedFunction.apply(s, y, w, lam, terms, obj.pool)
         else:
-            work = _wide(s.dtype)
+            work = wide_dtype(s.dtype)
             a = obj.count_relax.value(s.to(work), obj.from_logits, sigmoid=stable_sigmoid)
             counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
             if obj.pool is not None:
@@ -356,7 +346,7 @@ class ConstrainedLoss(ConstraintState):
         """``(R, K)``: each constraint's metric at the pooled ``(R, 4)`` counts, exact
         (``eps = 0``): a constraint undefined there (recall with no positive) reads NaN
         (or inf) and leaves its multiplier alone."""
-        if pooled.shape[0] == 1 and _host(pooled):
+        if pooled.shape[0] == 1 and on_host(pooled):
             counts = tuple(pooled.view(-1).tolist())
             try:  # one row on the CPU: the kernels' float twins, as in the forward
                 values = [_kernel(c.kernels, counts, 0.0, False, True)[0]
@@ -371,9 +361,9 @@ class ConstrainedLoss(ConstraintState):
     def _hard_counts(self, s: Tensor, y: Tensor, w: Tensor | None) -> Tensor:
         """The pooled ``(R, 4)`` counts of the hard predictions."""
         with torch.no_grad():
-            work = _wide(s.dtype)
+            work = wide_dtype(s.dtype)
             hard = (s >= (0.0 if self.objective.from_logits else 0.5)).to(work)
-            counts = _counts(hard, y.to(work), None if w is None else w.to(work),
+            counts = masked_counts(hard, y.to(work), None if w is None else w.to(work),
                              overwrite=True)
             if self.hard_pool is not None:
                 counts = self.hard_pool(counts)

@@ -7,6 +7,7 @@ name their constraints, so one of other constraints is refused by name.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -66,6 +67,25 @@ class ConstraintState(torch.nn.Module):
                                   "into a loss compiled with the same constraints")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
+
+    def reset_multipliers(self) -> None:
+        """Set every multiplier back to 0 (one per constraint, as at construction)."""
+        self.stepped_from = None
+        self.multipliers = torch.zeros(len(self.constraints), dtype=torch.float64,
+                                       device=self.multipliers.device)
+        self.constraint_values = torch.full_like(self.multipliers, math.nan)
+
+    def log_dict(self) -> dict[str, float]:
+        """``{"<label>": value, "multiplier/<label>": lam}`` for the single-matrix case."""
+        if self.multipliers.dim() != 1:
+            raise MetricError("log_dict() reports one multiplier per constraint; "
+                                             "this loss holds one row per model (row_losses)")
+        out: dict[str, float] = {}
+        for label, h, lam in zip(self.labels, self.constraint_values.tolist(),
+                                 self.multipliers.tolist(), strict=True):
+            out[label] = h
+            out[f"multiplier/{label}"] = lam
+        return out
 
 
 def record_constraints(module: ConstraintState, state_dict: Any, prefix: str,

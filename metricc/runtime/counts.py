@@ -29,15 +29,15 @@ def soft_counts(a: Tensor, y: Tensor, w: Tensor | None, soft_label: bool = False
     >>> [round(float(c), 4) for c in soft_counts(a, y, None)]
     [0.9, 0.8, 0.1, 1.2]
     """
-    return _counts(a, y, w, overwrite=False, soft_label=soft_label)
+    return masked_counts(a, y, w, overwrite=False, soft_label=soft_label)
 
 
-def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool, soft_label: bool = False
+def masked_counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool, soft_label: bool = False
             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`soft_counts`; with ``overwrite`` it reuses ``a``'s memory for ``w a y``.
 
     ``y`` may also be ``(N, 1, M)`` integer class indices for ``(N, C, M)`` rows (see
-    :func:`_index_counts`).
+    :func:`index_counts`).
 
     ``soft_label``: ``TP = sum(w min(a, y)) = (|a| + |y| - |a - y|) / 2``, hence
     ``FP = sum(w (a - y)+)``, ``FN = sum(w (y - a)+)``, ``TN = sum(w (1 - max(a, y)))``
@@ -45,7 +45,7 @@ def _counts(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool, soft_label:
     ``sum(w a y)``. ``a`` is then left as it is (the backward needs it).
     """
     if not y.is_floating_point():
-        return _index_counts(a, y)
+        return index_counts(a, y)
     return derive_counts(*count_sums(a, y, w, overwrite, soft_label).unbind())
 
 
@@ -57,7 +57,7 @@ def derive_counts(tp: Any, pp: Any, pos: Any, total: Any) -> tuple[Any, Any, Any
 
 def count_sums(a: Tensor, y: Tensor, w: Tensor | None, overwrite: bool,
                soft_label: bool = False) -> Tensor:
-    """The sums behind :func:`_counts` on 0/1 (or soft) labels: ``(4, R)`` float64 rows
+    """The sums behind :func:`masked_counts` on 0/1 (or soft) labels: ``(4, R)`` float64 rows
     ``TP``, ``sum(w a)``, ``sum(w y)``, ``sum(w)``, from which ``FP FN TN`` follow."""
     acc = _sum_dtype(a)
     dims = (0, 2) if a.dim() == 3 else -1
@@ -101,23 +101,23 @@ def overlap_share(a: Tensor, y: Tensor, g1: Tensor, g0: Tensor) -> Tensor:
     return torch.addcmul((a < y).to(a.dtype), (a == y).to(a.dtype), tie)
 
 
-def _host(t: Tensor) -> bool:
+def on_host(t: Tensor) -> bool:
     """True on the CPU in eager mode, where data-dependent kernels (``bincount``,
     ``scatter``) are fast; under ``torch.compile`` or on a GPU, fused elementwise
     forms are faster (and ``bincount`` would sync a GPU)."""
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def _host_indices(y: Tensor) -> bool:
+def host_indices(y: Tensor) -> bool:
     """Class indices for ``gather``/``bincount``/``scatter``: :func:`compact_indices`'
     int64 ones on the CPU in eager mode (validated). Compact ones traced for a compiled
     graph take the fused forms also when a graph break (``memory_decay``) runs them
     eagerly, as those kernels need int64."""
-    return y.dtype == torch.int64 and _host(y)
+    return y.dtype == torch.int64 and on_host(y)
 
 
 def compact_indices(t: Tensor, classes: int) -> Tensor:
-    """Class indices as :func:`_index_counts` and the loss's backward take them.
+    """Class indices as :func:`index_counts` and the loss's backward take them.
 
     On the CPU in eager mode: int64 (``bincount`` and ``scatter`` index with them).
     Elsewhere the smallest integer type that holds ``-1 .. classes``, with indices
@@ -130,7 +130,7 @@ def compact_indices(t: Tensor, classes: int) -> Tensor:
     >>> compact_indices(torch.tensor([0, 2]), 3).dtype  # on the CPU, eager
     torch.int64
     """
-    if _host(t):
+    if on_host(t):
         return t.long()
     dtype = torch.int8 if classes < 127 else torch.int16 if classes < 32767 else torch.int32
     small = t.clamp(-1, classes).to(dtype)
@@ -161,7 +161,7 @@ def index_hits(y: Tensor, classes: int) -> Tensor:
 def own_rows(y: Tensor) -> Tensor:
     """``(N, M)`` positions of each element's own class in its sample's ``(C M,)`` row.
 
-    For :func:`_index_counts`' int64 class indices ``y`` (``(N, 1, M)``, in ``[0, C)``):
+    For :func:`index_counts`' int64 class indices ``y`` (``(N, 1, M)``, in ``[0, C)``):
     ``a.view(N, C M).gather(1, rows)`` is ``a.gather(1, y)``, and a ``scatter`` along
     rows writes where ``scatter(1, y, ...)`` does. On the CPU the row forms run two to
     three times faster when ``M`` is large (measured at ``(2, 4, 64^3)``: gather 0.33 ms
@@ -180,7 +180,7 @@ def gather_own(a: Tensor, rows: Tensor) -> Tensor:
     return a.reshape(n, k * m).gather(1, rows).view(n, 1, m)
 
 
-def _index_counts(a: Tensor, y: Tensor, gathered: Tensor | None = None
+def index_counts(a: Tensor, y: Tensor, gathered: Tensor | None = None
                   ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`soft_counts` of ``(N, C, M)`` rows against class indices ``y`` (``(N, 1, M)``).
 
@@ -195,13 +195,13 @@ def _index_counts(a: Tensor, y: Tensor, gathered: Tensor | None = None
     a rounding error below 0 where it is 0: ``FP`` and ``TN`` are clamped at 0.
 
     >>> a = torch.tensor([[[0.5, 0.25], [0.5, 0.75]]])  # (N, C, M) = (1, 2, 2)
-    >>> [c.tolist() for c in _index_counts(a, torch.tensor([[[0, 1]]]))]
+    >>> [c.tolist() for c in index_counts(a, torch.tensor([[[0, 1]]]))]
     [[0.5, 0.75], [0.25, 0.5], [0.5, 0.25], [0.75, 0.5]]
     """
     c = a.shape[1]
     flat = y.reshape(-1)
     acc = _sum_dtype(a)
-    if _host_indices(y):
+    if host_indices(y):
         pp = a.sum((0, 2), dtype=acc).to(torch.float64)
         # a at each element's class, summed per class: a scatter-add into float64 runs
         # about a third faster than a weighted bincount (which scans for min and max)
@@ -223,7 +223,7 @@ def _index_counts(a: Tensor, y: Tensor, gathered: Tensor | None = None
     return tp, fp, fn, tn
 
 
-def _graph_kept() -> bool:
+def graph_kept() -> bool:
     """Whether the running backward keeps the graph (``retain_graph``/``create_graph``),
     so that saved tensors will be read again; True outside a backward, or where this
     torch does not say."""
@@ -240,11 +240,11 @@ def count_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: Tensor, c0:
     weights and ``d`` = ``dA/ds``, either ``None`` for 1. ``d`` may be overwritten where no
     later backward reads it.
     """
-    if y.is_floating_point() and _host(y) and c0.numel() == 1:
+    if y.is_floating_point() and on_host(y) and c0.numel() == 1:
         return row_adjoint(y, w, d, float(c1), float(c0))
     if y.is_floating_point():
         grad_s = torch.mul(y, c1 - c0).add_(c0)
-    elif _host_indices(y):  # class indices: c1 at each one's class, else c0
+    elif host_indices(y):  # class indices: c1 at each one's class, else c0
         n, m = y.shape[0], y.shape[-1]
         grad_s = c0.expand(n, -1, m).contiguous()
         # index_select, not c1[y]: advanced indexing is several times slower
@@ -268,7 +268,7 @@ def row_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: float, c0: fl
     if d is not None and a0 != 0 and abs(a1) < 1e30 * abs(a0):
         # d (1 + y a1 / a0) a0; in place where d is needed by no later
         # backward: a fresh buffer costs page faults on every use.
-        grad_s = (torch.addcmul(d, d, y, value=a1 / a0) if _graph_kept()
+        grad_s = (torch.addcmul(d, d, y, value=a1 / a0) if graph_kept()
                   else d.addcmul_(d, y, value=a1 / a0)).mul_(a0)
     elif d is not None:
         grad_s = torch.mul(d, a0).addcmul_(d, y, value=a1)
@@ -277,7 +277,7 @@ def row_adjoint(y: Tensor, w: Tensor | None, d: Tensor | None, c1: float, c0: fl
     return grad_s if w is None else grad_s.mul_(w)
 
 
-def _rows(x: Tensor | float, like: Tensor) -> Tensor:
+def as_count_rows(x: Tensor | float, like: Tensor) -> Tensor:
     """A kernel output as a float64 tensor shaped like ``like``.
 
     Generated kernels return plain numbers for constant parts (``g1 = 0`` for
@@ -288,20 +288,20 @@ def _rows(x: Tensor | float, like: Tensor) -> Tensor:
     return torch.zeros_like(like) + x
 
 
-def _wide(dtype: torch.dtype) -> torch.dtype:
+def wide_dtype(dtype: torch.dtype) -> torch.dtype:
     """``dtype``, or float32 for half and bfloat16: the type losses and gradients are formed in."""
     return torch.promote_types(dtype, torch.float32)
 
 
-_HALF_MAX = torch.finfo(torch.float16).max
+HALF_MAX = torch.finfo(torch.float16).max
 
 
-def _to_input_dtype(grad: Tensor, dtype: torch.dtype) -> Tensor:
+def to_input_dtype(grad: Tensor, dtype: torch.dtype) -> Tensor:
     """Cast a float32 gradient back to the input's dtype, saturating at float16's 65504.
 
     Near the singular set the guarded metric's gradient reaches ``~1/eps``; as
     float16 that would be ``inf``, and ``inf`` turns into NaN one layer up.
     """
     if dtype == torch.float16:
-        grad = grad.clamp(-_HALF_MAX, _HALF_MAX)
+        grad = grad.clamp(-HALF_MAX, HALF_MAX)
     return grad.to(dtype)

@@ -126,6 +126,8 @@ class CurveLoss(torch.nn.Module):
         super().__init_subclass__(**kwargs)
         cls._function = _curve_function(cls)
 
+    relax: CurveRelaxation
+
     def __init__(
         self,
         relaxation: str = "histogram",

@@ -22,7 +22,7 @@ _PROBABILITY_HINT_MIN = 64
 _IN_UNIT_RUN = [0]
 
 
-def _warn_if_probabilities(x: Tensor, mode: str, in_unit: bool) -> None:
+def warn_if_probabilities(x: Tensor, mode: str, in_unit: bool) -> None:
     """Warn when ``from_logits=True`` input looks like probabilities: the loss would apply a
     second sigmoid/softmax and train on a squashed, nearly flat signal. ``in_unit``: every
     score lies in [0, 1] (else they are logits, and the run of such scores starts again)."""
@@ -48,11 +48,11 @@ def _warn_if_probabilities(x: Tensor, mode: str, in_unit: bool) -> None:
                   "really are logits.", MetricWarning, stacklevel=6)
 
 
-#: The ignore_index values already warned about by :func:`_warn_if_ignore_drops_positives`.
+#: The ignore_index values already warned about by :func:`warn_if_ignore_drops_positives`.
 _IGNORE_WARNED: set[int] = set()
 
 
-def _warn_if_ignore_drops_positives(target: Tensor, ignore_index: int | None, mode: str,
+def warn_if_ignore_drops_positives(target: Tensor, ignore_index: int | None, mode: str,
                                     kept_range: list[float]) -> None:
     """Warn, once per ``ignore_index``, when it removed every positive of a 0/1 batch that held
     some: a 0/255 mask with ``ignore_index=255`` leaves only negatives, a constant loss
@@ -71,7 +71,7 @@ def _warn_if_ignore_drops_positives(target: Tensor, ignore_index: int | None, mo
                   "leave out, ignore this (it is said once).", MetricWarning, stacklevel=6)
 
 
-def _multilabel_validate(input: Tensor, target: Tensor) -> None:
+def multilabel_validate(input: Tensor, target: Tensor) -> None:
     """Multilabel targets hold one 0/1 label per class: the input's shape ``(N, C, *)``."""
     if input.dim() >= 2 and target.shape == input.shape[:1] + input.shape[2:]:
         raise MetricError(

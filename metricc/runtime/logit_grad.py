@@ -27,16 +27,16 @@ from torch import Tensor
 
 from .averages import class_average_weights, predicted
 from .counts import (
-    _counts,
-    _graph_kept,
-    _host_indices,
-    _index_counts,
-    _rows,
-    _to_input_dtype,
-    _wide,
+    as_count_rows,
     gather_own,
+    graph_kept,
+    host_indices,
+    index_counts,
     index_hits,
+    masked_counts,
     own_rows,
+    to_input_dtype,
+    wide_dtype,
 )
 from .distributed import CountPool
 from .modes import ClassRows
@@ -54,9 +54,9 @@ def softmax_index_function(cls: Any) -> Any:
                     average: str) -> Tensor:
             # ``hit`` (C,) bool: the class is some element's hard prediction (presence).
             in_dtype = x.dtype
-            x = x.to(_wide(in_dtype))
+            x = x.to(wide_dtype(in_dtype))
             a = torch.softmax(x if temperature == 1 else x / temperature, 1)
-            counts = _counts(a, y, None, overwrite=False)  # the loss's own index counts
+            counts = masked_counts(a, y, None, overwrite=False)  # the loss's own index counts
             support = counts[0] + counts[2]
             present = (support > 0) | hit
             loss, c1, c0 = _averaged(cls, counts, support, present, pool, weights, average,
@@ -79,7 +79,7 @@ def softmax_index_function(cls: Any) -> Any:
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
-            return (_to_input_dtype(gx * grad.to(gx.dtype), ctx.in_dtype), *(None,) * 7)
+            return (to_input_dtype(gx * grad.to(gx.dtype), ctx.in_dtype), *(None,) * 7)
 
     SoftmaxIndexMetric.__name__ = SoftmaxIndexMetric.__qualname__ = f"{cls.__name__}Softmax"
     return SoftmaxIndexMetric
@@ -97,7 +97,7 @@ def _averaged(cls: Any, counts: tuple[Tensor, ...], support: Tensor, present: Te
         counts = pool(counts)
         support = pool.across_ranks(support)
         present = pool.across_ranks(present) > 0
-    value, g1, g0 = (_rows(v, counts[0]) for v in cls.metric_and_coefficients(*counts, eps))
+    value, g1, g0 = (as_count_rows(v, counts[0]) for v in cls.metric_and_coefficients(*counts, eps))
     losses = (1 - value if cls.higher_is_better else value).to(dtype)
     v = class_average_weights(present, support, weights, average)
     coef = torch.stack((g1, g0)) * (v * scale)
@@ -121,10 +121,10 @@ def softmax_eager_function(cls: Any) -> Any:
         @staticmethod
         def forward(ctx: Any, x: Tensor, r: ClassRows, temperature: float, eps: float,
                     pool: CountPool | None, weights: Tensor | None, average: str) -> Tensor:
-            a, y = r.s.detach().to(_wide(x.dtype)), r.y  # softmax(x / T), int64 indices
+            a, y = r.s.detach().to(wide_dtype(x.dtype)), r.y  # softmax(x / T), int64 indices
             rows = own_rows(y)
             own = gather_own(a, rows)
-            counts = _index_counts(a, y, gathered=own)
+            counts = index_counts(a, y, gathered=own)
             support = counts[0] + counts[2]
             n, k = a.shape[:2]
             # the hard predictions of classes without support only (see averages.predicted)
@@ -145,7 +145,7 @@ def softmax_eager_function(cls: Any) -> Any:
             c1, c0 = c1 * grad.to(c1.dtype), c0 * grad.to(c0.dtype)
             dcy = (c1 - c0).reshape(-1).index_select(0, y.reshape(-1)).view(y.shape)
             # a_y dc_y into a_y's own buffer where no later backward reads it (peak memory)
-            dcy = dcy.mul_(own) if _graph_kept() else own.mul_(dcy)
+            dcy = dcy.mul_(own) if graph_kept() else own.mul_(dcy)
             dot = torch.matmul(c0.view(1, 1, k), a).add_(dcy)  # sum_c a_c g_c, (N, 1, M)
             # (c0 - dot) a: the broadcast difference is written without reading a, then one
             # multiply; a c0 - a dot reads a twice (measured 25-35 % slower).
@@ -154,7 +154,7 @@ def softmax_eager_function(cls: Any) -> Any:
             # a row scatter: scatter_add_(1, y, ...) on (N, C, M) runs 2x slower at large M
             n, m = rows.shape  # explicit sizes: an empty shard (n = 0) has no inferable -1
             gx.view(n, k * m).scatter_add_(1, rows, dcy.view(n, m))
-            return (_to_input_dtype(gx, ctx.in_dtype), *(None,) * 6)
+            return (to_input_dtype(gx, ctx.in_dtype), *(None,) * 6)
 
     SoftmaxIndexEager.__name__ = SoftmaxIndexEager.__qualname__ = f"{cls.__name__}SoftmaxEager"
     return SoftmaxIndexEager
@@ -176,7 +176,7 @@ def softmax_index_loss(loss: Any, input: Tensor, r: ClassRows, average: str
         return None
     temperature = loss.temperature if loss.relaxation == "softmax" else 1.0
     if not torch.compiler.is_compiling():
-        if not _host_indices(r.y):
+        if not host_indices(r.y):
             return None  # eager on a GPU: the general path (its kernels are launch-bound)
         return loss._softmax_eager.apply(input.reshape(r.s.shape), r, temperature, loss.eps,
                                          loss.pool, r.weights, average)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..errors import MetricError
 from .averages import average_rows, predicted, reduce_samples
-from .counts import _HALF_MAX, _rows, _wide, indices_in_range, soft_counts
+from .counts import HALF_MAX, as_count_rows, indices_in_range, soft_counts, wide_dtype
 from .distributed import count_pool
 from .hints import overflow_message
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
@@ -222,16 +222,16 @@ class MetricLoss(torch.nn.Module):
                                        self.soft_label)
             return self._finite(out[0]), out[1]
         # Same dtype path as the symbolic backward: float32 at least.
-        work = _wide(s.dtype)
+        work = wide_dtype(s.dtype)
         sw = s.to(work)
         if s.dtype == torch.float16 and sw.requires_grad:
-            sw.register_hook(lambda g: g.clamp(-_HALF_MAX, _HALF_MAX))
+            sw.register_hook(lambda g: g.clamp(-HALF_MAX, HALF_MAX))
         a = self.count_relax.value(sw, fl, sigmoid=stable_sigmoid)
         counts = soft_counts(a, y.to(work), None if w is None else w.to(work), self.soft_label)
         support = (counts[0] + counts[2]).detach()
         if self.pool is not None:
             counts = self.pool(counts, differentiable=True)
-        value = _rows(self.metric_value(*counts, self.eps), counts[0])
+        value = as_count_rows(self.metric_value(*counts, self.eps), counts[0])
         loss = 1 - value if self.higher_is_better else value
         if self.validate_args and loss.dtype != work and not torch.compiler.is_compiling():
             # A float64 loss past float32's range would come back as -inf: refuse it as the
@@ -296,7 +296,7 @@ class MetricLoss(torch.nn.Module):
         n, k, m = r.s.shape
         # Weights stay wide (float32 at least): an inverse-frequency class weight of 7e4
         # is inf in float16, and the counts are summed in float32+ anyway.
-        wdt = _wide(r.s.dtype)
+        wdt = wide_dtype(r.s.dtype)
         w = None if r.mask is None else r.mask.to(wdt).expand(n, k, m)
         elements = r.mask  # which elements count, for the presence test below
         if weight is not None:

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..errors import MetricError
 from .averages import reduce_samples
-from .counts import _to_input_dtype, _wide
+from .counts import to_input_dtype, wide_dtype
 from .distributed import CountPool, count_pool
 from .modes import validate_inputs
 from .options import check_flag, check_integer, check_number, look_up_option
@@ -161,7 +161,7 @@ def _matrix_function(cls: type[MatrixLoss]) -> Any:
             ctx.save_for_backward(y, w, G)
             ctx.pool = pool
             ctx.in_dtype = q.dtype
-            ctx.work_dtype = _wide(q.dtype)
+            ctx.work_dtype = wide_dtype(q.dtype)
             ctx.shape = q.shape
             ctx.n_params = len(params)
             loss = 1 - value if cls.higher_is_better else value
@@ -176,7 +176,7 @@ def _matrix_function(cls: type[MatrixLoss]) -> Any:
             # d loss / d C per matrix r; d loss / d q[n, j, m] = w G'[r, y[n, m], j].
             Gs = ((grad.to(G.dtype) * sign).view(-1, 1, 1) * G).to(ctx.work_dtype)
             grad_q = matrix_rows(Gs, y, w, ctx.shape)
-            return (_to_input_dtype(grad_q, ctx.in_dtype), None, None, None, None, None,
+            return (to_input_dtype(grad_q, ctx.in_dtype), None, None, None, None, None,
                     *(None,) * ctx.n_params)
 
     SymbolicMatrixMetric.__name__ = SymbolicMatrixMetric.__qualname__ = f"{cls.__name__}Function"
@@ -313,7 +313,7 @@ class MatrixLoss(torch.nn.Module):
         weight = self._validate(input, target, weight)
         n, k = input.shape[:2]
         m = math.prod(input.shape[2:])  # not -1: an empty shard (n = 0) has no inferable size
-        work = _wide(input.dtype)
+        work = wide_dtype(input.dtype)
         x = input.to(work).reshape(n, k, m)
         y = target.reshape(n, m)
         w = None if weight is None else weight.reshape(n, m).to(work)

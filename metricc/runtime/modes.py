@@ -18,10 +18,10 @@ from torch import Tensor
 from ..errors import MetricError
 from .counts import compact_indices
 from .hints import (
-    _multilabel_validate,
-    _warn_if_ignore_drops_positives,
-    _warn_if_probabilities,
     label_error,
+    multilabel_validate,
+    warn_if_ignore_drops_positives,
+    warn_if_probabilities,
 )
 from .options import select_classes
 
@@ -77,9 +77,9 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if target.is_complex():
         raise err(f"target must be real, got {target.dtype}")
     if mode == "binary" and not single_channel(input, target):
-        _binary_validate(input, target)
+        binary_validate(input, target)
     elif mode == "multilabel":
-        _multilabel_validate(input, target)
+        multilabel_validate(input, target)
     if input.device != target.device:
         raise err(f"input is on {input.device} but target on {target.device}; move both to "
                   "one device")
@@ -102,7 +102,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     lo, hi, *trange = (  # a GPU syncs once; on the CPU, stacking costs more than .item()s
         [v.item() for v in stats] if x.device.type == "cpu"
         else torch.stack([v.to(torch.float64) for v in stats]).tolist())
-    _warn_if_ignore_drops_positives(target, ignore, mode, trange)
+    warn_if_ignore_drops_positives(target, ignore, mode, trange)
     if bits:  # an integer min/max is 2.5x faster (NaN and negatives fall outside)
         trange = ([] if 0 <= trange[0] <= trange[1] <= 0x3F800000
                   else [v.item() for v in torch.aminmax(t)])  # the values, for a message
@@ -118,7 +118,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                   f"torch.{'softmax(input, 1)' if mode == 'multiclass' else 'sigmoid'} "
                   "first")
     if from_logits:
-        _warn_if_probabilities(x, mode, lo >= 0 and hi <= 1)
+        warn_if_probabilities(x, mode, lo >= 0 and hi <= 1)
     if not trange:
         return
     tlo, thi = (v + 0.0 for v in trange)  # + 0.0: -0.0 reads 0 in the message
@@ -154,7 +154,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     ``(N, 1, M)`` (``counts.compact_indices``; validated ones on the CPU in eager mode).
     Raises :class:`MetricError` when the target's shape (or dtype, for class indices) does
     not fit the mode; only shapes are checked (label values are not), so this stays traceable.
-    The binary shape check is :func:`_binary_validate`, run by :func:`validate_inputs`.
+    The binary shape check is :func:`binary_validate`, run by :func:`validate_inputs`.
     ``class_step`` (multiclass) maps the ``(N, C, *)`` input to class memberships in
     place of the softmax (a class-wise relaxation); its output is counted as it is.
     """
@@ -198,7 +198,7 @@ def single_channel(input: Tensor, target: Tensor) -> bool:
             and input.shape[:1] + input.shape[2:] == target.shape)
 
 
-def _binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("input", "target"),
+def binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("input", "target"),
                      hint: str = " (forward takes (input, target), predictions first)") -> None:
     """Binary inputs and targets are elementwise pairs: the same shape (the loss also takes
     :func:`single_channel` inputs)."""

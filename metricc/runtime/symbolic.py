@@ -21,16 +21,16 @@ from torch import Tensor
 
 from ..errors import MetricError
 from .counts import (
-    _counts,
-    _host,
-    _rows,
-    _to_input_dtype,
-    _wide,
+    as_count_rows,
     count_adjoint,
     count_sums,
     derive_counts,
+    masked_counts,
+    on_host,
     overlap_share,
     row_adjoint,
+    to_input_dtype,
+    wide_dtype,
 )
 from .distributed import CountPool
 from .relax import Relaxation
@@ -102,7 +102,7 @@ def host_values(twin: Callable[..., Any], counts: tuple[float, ...], eps: float
 def host_row(a: Tensor, y: Tensor) -> bool:
     """One row of 0/1 (or soft) labels on the CPU in eager mode: reading its four sums as
     Python floats costs nothing (no device to sync, no graph being traced)."""
-    return a.dim() == 2 and a.shape[0] == 1 and y.is_floating_point() and _host(a)
+    return a.dim() == 2 and a.shape[0] == 1 and y.is_floating_point() and on_host(a)
 
 
 def host_gradient(ctx: Any, grad: Tensor) -> Tensor:
@@ -110,7 +110,7 @@ def host_gradient(ctx: Any, grad: Tensor) -> Tensor:
     ``(c1, c0)`` as numbers, ``y, w, d`` are saved; the gradient in the input's dtype."""
     y, w, d = ctx.saved_tensors
     g = float(grad)
-    return _to_input_dtype(row_adjoint(y, w, d, g * ctx.host[0], g * ctx.host[1]),
+    return to_input_dtype(row_adjoint(y, w, d, g * ctx.host[0], g * ctx.host[1]),
                            ctx.in_dtype)
 
 
@@ -130,7 +130,7 @@ def symbolic_function(cls: Any) -> Any:
             # Half and bfloat16 work in float32 (see backward); the gradient returns
             # in the input's dtype.
             in_dtype = s.dtype
-            work = _wide(in_dtype)
+            work = wide_dtype(in_dtype)
             if work != in_dtype:
                 s = s.to(work)
                 y = y.to(work) if y.is_floating_point() else y  # class indices stay
@@ -162,13 +162,13 @@ def symbolic_function(cls: Any) -> Any:
                     return torch.full((1,), fits(host_loss, work), dtype=work), support
                 counts = derive_counts(*sums.unbind())
             else:
-                counts = _counts(a, y, w, overwrite=overwrite, soft_label=soft_label)
+                counts = masked_counts(a, y, w, overwrite=overwrite, soft_label=soft_label)
             support = counts[0] + counts[2]  # this batch's TP + FN: for the averages
             ctx.mark_non_differentiable(support)
             if pool is not None:
                 # Global (and remembered) counts: g1, g0 below are then the global partials.
                 counts = pool(counts)
-            value, g1, g0 = (_rows(x, counts[0])
+            value, g1, g0 = (as_count_rows(x, counts[0])
                              for x in cls.metric_and_coefficients(*counts, eps))
             # The per-row coefficients, scaled and in the working dtype here, so that the
             # backward's elementwise pass (which torch.compile fuses with them) does two
@@ -181,7 +181,7 @@ def symbolic_function(cls: Any) -> Any:
             loss = 1 - value if cls.higher_is_better else value
             # Half inputs get a float32 loss, as autocast gives torch's own losses:
             # unbounded metrics (odds ratios) pass 65504 at their singular set.
-            return loss.to(_wide(s.dtype)), support
+            return loss.to(wide_dtype(s.dtype)), support
 
         @staticmethod
         def backward(ctx: Any, grad: Tensor, _support_grad: Tensor | None = None
@@ -201,7 +201,7 @@ def symbolic_function(cls: Any) -> Any:
             # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
             c1, c0 = (grad.to(coef.dtype) * coef).unsqueeze(-1).unbind()
             grad_s = count_adjoint(y, w, d, c1, c0)
-            return (_to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 7)
+            return (to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 7)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
     return SymbolicMetric

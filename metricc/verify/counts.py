@@ -181,8 +181,9 @@ def _host_twin_check(metric: CountsSubject, report: VerificationReport, seed: in
         return
     rng = random.Random(seed)
     cases = [(0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 3.0, 5.0), (3.0, 0.0, 0.0, 5.0), (2.0, 1.0, 0.0, 0.0)]
-    cases += [tuple(float(rng.choice([0, rng.randint(1, 60), rng.random() * 1e4]))
-                    for _ in range(4)) for _ in range(points)]
+    for _ in range(points):
+        tp, fp, fn, tn = (float(rng.choice([0, rng.randint(1, 60), rng.random() * 1e4])) for _ in range(4))
+        cases.append((tp, fp, fn, tn))
     handed_over = 0
     for counts in cases:
         for eps in (1e-7, 0.0):

@@ -182,8 +182,9 @@ def _numeric_checks(loss_class: Any, report: VerificationReport, seed: int, size
     # separable enough that bounds such as precision >= 0.9 are met somewhere (a live gradient)
     x0 = (torch.randn(size, generator=gen, dtype=torch.float64) + 2.5 * y).requires_grad_()
     sign = -1.0 if loss_class.higher_is_better else 1.0
-    for opts in ({"bins": 9, "width": 1.0, "space": "probability"},
-                 {"bins": 7, "width": 2.0, "space": "logit", "clip": 3.0}):
+    options: tuple[dict[str, Any], ...] = ({"bins": 9, "width": 1.0, "space": "probability"},
+                                           {"bins": 7, "width": 2.0, "space": "logit", "clip": 3.0})
+    for opts in options:
         loss = loss_class(from_logits=True, eps=1e-7, **opts)
         relax = CurveRelaxation(**opts)
         label = f"{relax.space}, bins={relax.bins}, width={int(relax.width)}"

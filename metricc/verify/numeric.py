@@ -8,6 +8,7 @@ at the loss's magnitude (a loss of 1e19 changes by nothing measurable under a st
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -136,4 +137,9 @@ def against_reference(report: VerificationReport, label: str, make_module: Any, 
                 "gradient is exactly zero; finite differences of it measure rounding"))
             continue
         report.checks.append(finite_difference_check(
-            name, lambda t, m=module: m(t, target), x0, grad))
+            name, functools.partial(_call, module, target=target), x0, grad))
+
+
+def _call(module: Any, t: Any, target: Any) -> Any:
+    """``module(t, target)``: the loss as a function of its input alone, for finite differences."""
+    return module(t, target)
