@@ -134,8 +134,8 @@ class CountsScoring:
         (``sync_on_compute``, ``process_group``, ...); any other keyword is a
         :class:`MetricError` with a did-you-mean. Binary and multilabel integer
         predictions other than 0 and 1 are refused. Supported for 2x2 formulas in
-        every mode and for K x K formulas (their own ``metric()``); curve formulas
-        are being added. Needs ``torchmetrics``; see docs/stateful.md.
+        every mode, and K x K and curve formulas have their own ``metric()``.
+        Needs ``torchmetrics``; see docs/stateful.md.
 
         >>> import torch, metricc
         >>> iou = metricc.compile("jaccard").metric(mode="multiclass", num_classes=3)
