@@ -121,8 +121,9 @@ def _tensor_only_class(name: str, monkeypatch: pytest.MonkeyPatch) -> type:
     m = metricc.compile(name)
     with monkeypatch.context() as patch:
         patch.setattr(loss_module, "host_twin", lambda kernel: None)
-        return emit.build_loss_class(m.kernels_source, None, m.text, m.expr,
-                                     m.higher_is_better)
+        return emit.build_loss_class(m.statistic, m.kernels_source, "TensorOnlyLoss",
+                                     {"formula": m.text, "higher_is_better": m.higher_is_better,
+                                      **m.loss_attributes()}, m._recipe)
 
 
 @pytest.mark.parametrize(("name", "relaxation", "dtype", "weighted"), [

@@ -242,10 +242,12 @@ class MetricLoss(torch.nn.Module):
 
     def _finite(self, losses: Tensor) -> Tensor:
         """``losses``, refused when not finite (eager, ``validate_args``): the kernels guard
-        0/0 with ``eps``, so an inf or NaN is the formula overflowing (``exp(exp(TP))``)."""
-        if self.validate_args and not torch.compiler.is_compiling() \
-                and not bool(torch.isfinite(losses).all()):
-            raise MetricError(overflow_message(type(self).formula, losses))
+        0/0 with ``eps``, so an inf (or, with ``eps > 0``, a NaN) is the formula overflowing
+        (``exp(exp(TP))``). With ``eps=0`` a 0/0 batch is NaN, as that option documents."""
+        if self.validate_args and not torch.compiler.is_compiling():
+            bad = torch.isinf(losses) if self.eps == 0 else ~torch.isfinite(losses)
+            if bool(bad.any()):
+                raise MetricError(overflow_message(type(self).formula, losses))
         return losses
 
     def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
