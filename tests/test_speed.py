@@ -188,7 +188,7 @@ def test_index_labels_fused_form_equals_bincount_and_scatter(
         "linear", mode="multiclass", from_logits=True)
     x1 = x.clone().requires_grad_(True)
     (g_host,) = torch.autograd.grad(loss(x1, y), x1)
-    monkeypatch.setattr(counts, "_host", lambda t: False)
+    monkeypatch.setattr(counts, "on_host", lambda t: False)
     small = compact_indices(y.unsqueeze(1), classes)
     assert small.dtype == (torch.int8 if classes < 127 else torch.int16)
     torch.testing.assert_close(torch.stack(index_counts(a, small)), host, rtol=1e-12, atol=1e-12)
