@@ -8,6 +8,7 @@ and some from both, so the averaging rules are exercised, not just the formula.
 from __future__ import annotations
 
 import copy
+import importlib
 import pickle
 import sys
 
@@ -417,6 +418,8 @@ def test_bad_batches_raise_metric_errors(options, preds, target, match) -> None:
 def test_missing_torchmetrics_is_a_metric_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torchmetrics", None)
     monkeypatch.delitem(sys.modules, "metricc.evaluate.stateful", raising=False)
+    # an imported submodule is also an attribute of its package, which `from . import` reads
+    monkeypatch.delattr(importlib.import_module("metricc.evaluate"), "stateful", raising=False)
     with pytest.raises(MetricError, match=r"pip install 'metricc\[torchmetrics\]'"):
         metricc.compile("f1").metric()
 
