@@ -205,7 +205,6 @@ def test_matrix_metric_is_exact_over_two_gloo_ranks(tmp_path: Path) -> None:
                                        rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=False, reason="the hint's call in runtime/matrix.py is B3's part")
 def test_matrix_loss_hints_when_logits_are_probabilities() -> None:
     loss = metricc.compile(QWK).loss(from_logits=True)
     p = torch.randn(64, 4).softmax(1)
