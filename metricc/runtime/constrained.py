@@ -227,9 +227,6 @@ class ConstrainedLoss(ConstraintState):
 
     multipliers: Tensor
     constraint_values: Tensor
-    #: The multipliers the last training step started from (a class default for losses
-    #: pickled before it existed).
-    stepped_from: Tensor | None = None
     #: Warns once when a constraint stalls (None until the first step, and in old pickles).
     stall: StallWatch | None = None
 

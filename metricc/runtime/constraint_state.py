@@ -25,6 +25,12 @@ class ConstraintState(torch.nn.Module):
     """
 
     constraints: tuple[Any, ...]
+    labels: tuple[str, ...]
+    multipliers: Tensor
+    constraint_values: Tensor
+    #: The multipliers the last training step started from, for a recomputed forward
+    #: (activation checkpointing); a class default for losses pickled before it existed.
+    stepped_from: Tensor | None = None
 
     def __init__(self) -> None:
         super().__init__()
