@@ -81,6 +81,7 @@ def guard_matrix(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
     arguments get ``+ eps``.
 
     >>> import metricc
+    >>> from metricc.language.matrix import display
     >>> display(guard_matrix(metricc.compile("sum(i, C[i,i]) / n").expr))
     'sum(i, C[i, i])/(eps + n)'
     """
@@ -156,6 +157,7 @@ def gradient(expr: sympy.Expr) -> sympy.Expr:
     """``d expr / d C[a, b]`` in index form, free in :data:`A`, :data:`B` (and K).
 
     >>> import metricc
+    >>> from metricc.language.matrix import display
     >>> display(gradient(metricc.compile("sum(i, C[i,i]) / n").expr))
     'delta(a, b)/n - sum(i, C[i, i])/n**2'
     """
