@@ -1,22 +1,5 @@
 """The loss at run time: torch-only modules, which standalone loss files carry too.
 
-``options``          the string options and their checks (standard library only)
-``sigmoids``         the sigmoid with its derivative, accurate where it rounds to 1
-``relax``            relaxations, one registered object each
-``counts``           soft confusion counts and the dtype policy
-``distributed``      counts summed over ranks and remembered over batches
-``hints``            input mix-ups named with their fix (probabilities as logits, ...)
-``modes``            per-mode validate/format stages
-``averages``         the class-presence test and the class and sample averages
-``weights``          per-element weight maps (``loss_fn(input, target, weight=w)``)
-``logit_grad``       compiled softmax losses on class indices: the logit gradient in the forward
-``symbolic``         the symbolic autograd Function, and the kernel's twin on plain numbers
-``loss``             ``MetricLoss``
-``constrained``      ``ConstrainedLoss``: a loss subject to constraints, its multipliers
-``matrix``           ``MatrixLoss``: K x K metrics on the soft confusion matrix
-``curve``            soft ROC/PR curves on a threshold grid, pooled over ranks and batches
-===================  ==========================================================
-=======
 ====================  ==========================================================
 ``options``           the string options and their checks (standard library only)
 ``sigmoids``          the sigmoid with its derivative, accurate where it rounds to 1
@@ -35,6 +18,7 @@
 ``constrained``       ``ConstrainedLoss``: a loss subject to constraints, its multipliers
 ``matrix``            ``MatrixLoss``: K x K metrics on the soft confusion matrix
 ``curve``             soft ROC/PR curves on a threshold grid, pooled over ranks and batches
+``curve_loss``        ``CurveLoss``: threshold-free metrics on the soft curve
 ====================  ==========================================================
 
 Importing this package loads nothing; each name below is loaded from its
@@ -64,6 +48,7 @@ _EXPORTS = {
     "ConstrainedLoss": "constrained", "ConstraintSpec": "constrained",
     "MatrixLoss": "matrix", "soft_matrix": "matrix",
     "CurvePool": "curve", "CurveRelaxation": "curve", "soft_curve": "curve", "sync_curve": "curve",
+    "CurveLoss": "curve_loss",
 }
 
 __all__ = sorted(_EXPORTS)
