@@ -166,6 +166,17 @@ def _clause_spans(text: str, count: int) -> list[tuple[int, int]] | None:
     return out if len(out) == count else None
 
 
+def _bound(name: str, defined: dict[str, sympy.Expr]) -> sympy.Expr | None:
+    """What ``name`` stands for if it is bound: earlier bindings first, then the four counts,
+    then the totals (a total not yet rebound is the built-in one, as a Python name is the
+    builtin until a local assignment shadows it); None for every other name."""
+    if name in defined:
+        return defined[name]
+    if name in COUNTS:
+        return COUNTS[name]
+    return DERIVED.get(name)
+
+
 def _resolve_constraint(raw: RawConstraint, text: str, span: tuple[int, int],
                         defined: dict[str, sympy.Expr], pos: Position) -> ParsedConstraint:
     """Resolve the names of one constraint; an unknown name is a positioned error."""
@@ -175,12 +186,8 @@ def _resolve_constraint(raw: RawConstraint, text: str, span: tuple[int, int],
         subs: dict[sympy.Symbol, sympy.Expr] = {}
         for sym in side.atoms(Name):
             name = sym.name
-            if name in defined:
-                subs[sym] = defined[name]
-            elif name in COUNTS:
-                subs[sym] = COUNTS[name]
-            elif name in DERIVED:
-                subs[sym] = DERIVED[name]
+            if (known := _bound(name, defined)) is not None:
+                subs[sym] = known
             elif (metric := lookup(name)) is not None:
                 if metric.matrix or metric.curve:
                     kind = "K x K" if metric.matrix else "curve"
@@ -248,14 +255,8 @@ def _resolve(text: str, parts: list[Any], pos: Position) -> Formula | MatrixForm
         subs: dict[sympy.Symbol, sympy.Expr] = {}
         for sym in expr.atoms(Name):
             name = sym.name
-            if name in defined:
-                subs[sym] = defined[name]
-            elif name in COUNTS:
-                subs[sym] = COUNTS[name]
-            elif name in DERIVED:
-                # A total not (yet) rebound is the built-in one, as a Python name is
-                # the builtin until a local assignment shadows it.
-                subs[sym] = DERIVED[name]
+            if (known := _bound(name, defined)) is not None:
+                subs[sym] = known
             elif name in upcoming:
                 raise pos.error(f"'{name}' is used before it is defined", pos.first_use[name])
             elif (metric := lookup(name)) is not None:
