@@ -18,7 +18,7 @@ from ..analysis.counts import backward_coefficients, guard
 from ..errors import MetricError
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
-from .printer import MetricPrinter
+from .printer import MetricPrinter, shared_subexpressions
 
 KERNEL_NAMES = ("metric_value", "metric_and_coefficients")
 _ALLOWED_NAMES = {*COUNTS, "eps"}
@@ -40,18 +40,7 @@ def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str
     printer = MetricPrinter()
     exprs = [e for _, e in outputs]
     _check_emittable(exprs)
-    temps, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols("x"), optimizations="basic")
-    # Constant temporaries (x0 = sqrt(2)) go back inline: printed as numbers they stay
-    # Python floats, and torch functions or min/max applied to a float would fail.
-    constants: dict[sympy.Symbol, sympy.Expr] = {}
-    kept = []
-    for sym, e in temps:
-        e = e.xreplace(constants)
-        if e.free_symbols:
-            kept.append((sym, e))
-        else:
-            constants[sym] = e
-    temps, reduced = kept, [e.xreplace(constants) for e in reduced]
+    temps, reduced = shared_subexpressions(exprs)
     for e in [*(t for _, t in temps), *reduced]:
         # cse multiplies constants out: 1e299*TP/(1e-299*FP + TP) needs 1e598.
         check_constants(e, "the generated code for the formula and its derivative")

@@ -19,7 +19,7 @@ from ..errors import MetricError
 from ..language.curve import TOTALS
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS
-from .printer import MetricPrinter
+from .printer import MetricPrinter, shared_subexpressions
 
 __all__ = ["CURVE_KERNEL_NAMES", "emit_curve_kernels"]
 
@@ -47,25 +47,13 @@ def _assignments(outputs: list[tuple[str, sympy.Expr]], prefix: str, anchor: str
                               f"{sorted(extra)}; give each a value")
         if e.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
             raise MetricError("cannot generate code: the formula is undefined everywhere")
-    temps, reduced = sympy.cse([e for _, e in outputs], symbols=sympy.numbered_symbols(prefix),
-                               optimizations="basic")
-    # Constant temporaries go back inline: printed as numbers they stay Python floats, and torch
-    # functions applied to a float fail.
-    constants: dict[sympy.Symbol, sympy.Expr] = {}
-    kept = []
-    for sym, e in temps:
-        e = e.xreplace(constants)
-        if e.free_symbols:
-            kept.append((sym, e))
-        else:
-            constants[sym] = e
+    kept, reduced = shared_subexpressions([e for _, e in outputs], prefix)
     printer = MetricPrinter()
     lines = []
     for sym, e in kept:
         check_constants(e, "the generated code for the curve formula")
         lines.append(f"    {sym} = {printer.doprint(e)}")
     for (name, _), e in zip(outputs, reduced, strict=True):
-        e = e.xreplace(constants)
         check_constants(e, "the generated code for the curve formula")
         code = printer.doprint(e)
         lines.append(f"    {name} = {code}" if e.free_symbols else

@@ -125,6 +125,26 @@ class MetricPrinter(TorchPrinter):
         return name
 
 
+def shared_subexpressions(exprs: list[sympy.Expr], prefix: str = "x"
+                          ) -> tuple[list[tuple[sympy.Symbol, sympy.Expr]], list[sympy.Expr]]:
+    """``sympy.cse`` of the kernels' outputs, with constant temporaries put back inline.
+
+    Printed as numbers, constants stay Python floats where a temporary ``x0 = sqrt(2)``
+    would be a float variable that torch functions and ``min``/``max`` refuse.
+    """
+    temps, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols(prefix),
+                               optimizations="basic")
+    constants: dict[sympy.Symbol, sympy.Expr] = {}
+    kept = []
+    for sym, e in temps:
+        e = e.xreplace(constants)
+        if e.free_symbols:
+            kept.append((sym, e))
+        else:
+            constants[sym] = e
+    return kept, [e.xreplace(constants) for e in reduced]
+
+
 def _float_literal(expr: sympy.Expr) -> str:
     """``repr`` of a constant as a Python float; refuses complex and infinite values."""
     try:
