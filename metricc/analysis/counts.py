@@ -11,10 +11,10 @@ from functools import cached_property
 
 import sympy
 
-from ..language.functions import ARGUMENT_GUARDED
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 from .budget import BudgetExceeded, bounded, limit, remaining, spent
+from .guard import guard_node
 from .size import MAX_EXPANSION, expansion_size, small_enough, tame
 
 __all__ = [
@@ -134,23 +134,7 @@ def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
     def visit(e: sympy.Expr) -> sympy.Expr:
         if not e.args or not any(s.name in COUNTS for s in e.free_symbols):
             return e
-        args = [visit(a) for a in e.args]
-        if isinstance(e, sympy.Pow):
-            base, exp = args
-            if not exp.is_number:
-                # b**e = exp(e log b): log b needs the guard where b can be 0.
-                if base.free_symbols and nonnegative(e.base):
-                    return sympy.Pow(base + eps, exp)
-                return sympy.Pow(base, exp)
-            if exp.is_negative and exp.is_integer and not nonnegative(e.base):
-                # 1/d -> d/(d^2 + eps^2), for denominators of either sign.
-                return sympy.Pow(base / (base**2 + eps**2), -exp)
-            if exp.is_negative or not exp.is_integer:
-                return sympy.Pow(base + eps, exp)
-            return sympy.Pow(base, exp)
-        if any(isinstance(e, g) for g in ARGUMENT_GUARDED):  # log(x) -> log(x + eps)
-            return e.func(args[0] + eps)
-        return e.func(*args)
+        return guard_node(e, [visit(a) for a in e.args], eps, nonnegative)
 
     return visit(expr)
 

@@ -20,15 +20,13 @@ and every K would need its own code.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
 from typing import Any
 
 import sympy
 from sympy import Indexed, KroneckerDelta, Sum
 
-from ..language.functions import ARGUMENT_GUARDED, lambdify_torch
 from ..language.symbols import EPS, A, B, C, K, Present
+from .guard import guard_node
 
 # --- guard and derivatives -------------------------------------------------------------------
 
@@ -91,21 +89,9 @@ def guard_matrix(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
             return e
         if isinstance(e, Sum):
             return Sum(visit(e.function), *e.limits)
-        args = [visit(a) for a in e.args]
-        if isinstance(e, sympy.Pow):
-            base, exp = args
-            if not exp.is_number:
-                return sympy.Pow(base + eps, exp) if is_nonnegative(e.base) else sympy.Pow(base, exp)
-            if exp.is_negative and exp.is_integer and not is_nonnegative(e.base):
-                return sympy.Pow(base / (base**2 + eps**2), -exp)
-            if exp.is_negative or not exp.is_integer:
-                return sympy.Pow(base + eps, exp)
-            return sympy.Pow(base, exp)
-        if any(isinstance(e, g) for g in ARGUMENT_GUARDED):  # log(x) -> log(x + eps)
-            return e.func(args[0] + eps)
         if isinstance(e, Present):
             return e  # flat: no guard needed inside
-        return e.func(*args)
+        return guard_node(e, [visit(a) for a in e.args], eps, is_nonnegative)
 
     return visit(expr)
 
@@ -199,12 +185,3 @@ def expand(expr: sympy.Expr, k: int, matrices: dict[str, Any] | None = None
             subs[node] = sympy.nsimplify(values[i][j])
     return e.xreplace(subs), sym
 
-
-def matrix_value_function(expr: sympy.Expr, k: int, matrices: dict[str, Any] | None = None
-                          ) -> Callable[..., Any]:
-    """A torch function of a ``(k, k)`` matrix computing ``expr`` written out (no eps)."""
-
-    e, sym = expand(expr, k, matrices)
-    flat = list(itertools.chain.from_iterable(sym))
-    fn = sympy.lambdify(flat, e, modules=[lambdify_torch(), "math"])
-    return lambda m: fn(*m.reshape(-1).unbind())
