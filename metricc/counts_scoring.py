@@ -145,8 +145,11 @@ class CountsScoring:
         """
         if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
             raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
+        # Only a metric that raises on 0/0 names the zero denominators (a SymPy analysis).
+        undefined = tuple(str(d) for d in self.undefined) if zero_division is None else ()
         return stateful_module().StatefulMetric(
-            self, mode=mode, num_classes=num_classes, threshold=threshold,
+            self.value, self.text, self.higher_is_better, undefined, mode=mode,
+            num_classes=num_classes, threshold=threshold,
             from_logits=from_logits, average=average, multidim_average=multidim_average,
             ignore_index=ignore_index, classes=classes, class_weights=class_weights,
             zero_division=zero_division, absent_classes=absent_classes,

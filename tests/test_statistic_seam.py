@@ -316,3 +316,29 @@ def test_compiling_in_eight_threads_keeps_linecache_consistent() -> None:
     from metricc.emit import loss_class
 
     assert len(loss_class._LINECACHE_KEYS) <= loss_class.LINECACHE_SIZE
+
+
+def test_the_stateful_metric_receives_data_not_the_facade() -> None:
+    """Lower stages get the formula's functions and values: the 2x2 metric holds the bound
+    value function and text, never the compiled Metric (issue 24, one facade)."""
+    import pickle
+
+    import torch
+
+    from metricc.evaluate.stateful import StatefulMetric
+
+    m = metricc.compile("fbeta", beta=2.0)
+    sm = m.metric()
+    assert isinstance(sm, StatefulMetric)
+    assert not any(isinstance(v, metricc.Metric) for v in vars(sm).values())
+    sm.update(torch.tensor([1, 1, 0, 0]), torch.tensor([1, 0, 1, 0]))
+    # F2 of TP=1, FP=1, FN=1: 5*1 / (5*1 + 4*1 + 1) = 0.5
+    assert float(sm.compute()) == pytest.approx(0.5, abs=1e-12)
+    again = pickle.loads(pickle.dumps(sm))
+    assert float(again.compute()) == pytest.approx(0.5, abs=1e-12)
+    raising = m.metric(zero_division=None)
+    raising.update(torch.tensor([0, 0]), torch.tensor([0, 0]))
+    with pytest.raises(metricc.MetricError, match=r"= 0"):
+        raising.compute()
+    with pytest.warns(DeprecationWarning, match="0.3"):
+        assert sm.compiled is m

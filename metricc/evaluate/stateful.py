@@ -19,6 +19,8 @@ formula's generated value function and the averaging rules. Needs the optional
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -31,9 +33,6 @@ from ..runtime.averages import class_average_weights
 from ..runtime.options import MULTIDIM_AVERAGES, check_class_options, check_flag, select_classes
 from .counts import check_01_preds, multiclass_hard_rows, multilabel_hard_rows
 from .matrix import hard_confusion_matrix
-
-#: A compiled :class:`metricc.Metric`; not imported, as metric.py imports this module.
-Metric = Any
 
 __all__ = ["ABSENT_CLASSES", "MatrixStatefulMetric", "StatefulMetric"]
 
@@ -76,7 +75,9 @@ class StatefulMetric(_ShapeCheckedSync):
     is_differentiable = False
     full_state_update = False
 
-    def __init__(self, metric: Metric, *, mode: str = "binary", num_classes: int | None = None,
+    def __init__(self, value: Callable[..., Tensor], formula: str, higher_is_better: bool,
+                 undefined: Sequence[str] = (), *, mode: str = "binary",
+                 num_classes: int | None = None,
                  threshold: float = 0.5, from_logits: bool = False, average: str = "macro",
                  multidim_average: str = "global", ignore_index: int | None = None,
                  classes: Any = None, class_weights: Any = None,
@@ -116,13 +117,16 @@ class StatefulMetric(_ShapeCheckedSync):
                 raise err(f"num_classes must be an integer >= {2 if mode == 'multiclass' else 1} "
                           f"for mode={mode!r}, got {num_classes!r}")
         chosen, weights = select_classes(num_classes, cl, cw)
-        self.formula = metric.text.strip()
+        self.formula = formula.strip()
         # torchmetrics makes higher_is_better a read-only class constant; here it is the
         # formula's, fixed at construction (MetricTracker and checkpoint callbacks read it).
-        object.__setattr__(self, "higher_is_better", metric.higher_is_better)
-        # Pickled as its formula (Metric.__reduce__) and compiled again where it lands:
-        # Lightning pickles metrics for spawn/DDP.
-        self._compiled: Metric = metric
+        object.__setattr__(self, "higher_is_better", bool(higher_is_better))
+        #: ``(tp, fp, fn, tn, zero_division=) -> values``, the formula on exact counts; a bound
+        #: ``Metric.value`` pickles as its formula (``Metric.__reduce__``) and is compiled
+        #: again where it lands (Lightning pickles metrics for spawn/DDP).
+        self._value = value
+        #: The denominators whose zero makes the formula undefined (for zero_division=None).
+        self._undefined = tuple(undefined)
         self.mode = mode
         self.num_classes = num_classes
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
@@ -146,9 +150,19 @@ class StatefulMetric(_ShapeCheckedSync):
                 self.add_state(name, [], dist_reduce_fx="cat")
 
     @property
-    def compiled(self) -> Metric:
-        """The :class:`metricc.Metric` whose formula this metric evaluates."""
-        return self._compiled
+    def compiled(self) -> Any:
+        """Deprecated (removed in 0.3): the :class:`metricc.Metric` whose ``value`` this
+        metric evaluates; it holds the formula's value function, not the facade."""
+        warnings.warn("StatefulMetric.compiled is deprecated and will be removed in 0.3; the "
+                      "metric keeps its formula (.formula) and value function only",
+                      DeprecationWarning, stacklevel=2)
+        return self._value.__self__  # type: ignore[attr-defined]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "_compiled" in state:  # pickled by 0.1, which kept the facade
+            compiled = state.pop("_compiled")
+            state["_value"], state["_undefined"] = compiled.value, ()
+        super().__setstate__(state)
 
     def extra_repr(self) -> str:
         opts = [f"{self.formula!r}", f"mode={self.mode!r}"]
@@ -240,11 +254,11 @@ class StatefulMetric(_ShapeCheckedSync):
 
     def _values(self, tp: Tensor, fp: Tensor, fn: Tensor, tn: Tensor, used: Tensor) -> Tensor:
         """The metric of each matrix; where it is undefined, ``zero_division``."""
-        v = self.compiled.value(tp, fp, fn, tn, zero_division=float("nan"))
+        v = self._value(tp, fp, fn, tn, zero_division=float("nan"))
         undefined = torch.isnan(v)
         if self.zero_division is None:
             if bool((undefined & used).any()):
-                where = " or ".join(f"{d} = 0" for d in self.compiled.undefined)
+                where = " or ".join(f"{d} = 0" for d in self._undefined) or "0/0"
                 raise MetricError(f"the metric is undefined for a counted class ({where}); pass "
                                   "zero_division=<value> to choose what such a class scores")
             return torch.where(used, v, torch.zeros_like(v))
