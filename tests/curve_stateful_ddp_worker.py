@@ -8,10 +8,6 @@ synced ``compute()``. :func:`run` with every rank's shards in one process is the
 
 from __future__ import annotations
 
-import datetime
-import os
-import sys
-
 import torch
 
 STEPS = 2
@@ -46,19 +42,8 @@ def run(world: int, ranks: list[int]) -> dict[str, torch.Tensor]:
     return out
 
 
-def main(rank: int, world: int, port: int, outdir: str) -> None:
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=60))
-    try:
-        torch.save(run(world, [rank]), f"{outdir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)  # skip interpreter teardown: the results are saved and the group is closed
-
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    from ddp_launch import serve
+
+    serve(lambda rank, world: run(world, [rank]))

@@ -1,7 +1,8 @@
 """Start ``gloo`` worker processes for the distributed tests, one per rank.
 
 Each worker script is called as ``worker.py RANK WORLD PORT OUTDIR`` and writes its
-results under ``OUTDIR``; the ranks find each other on ``127.0.0.1:PORT``.
+results under ``OUTDIR``; the ranks find each other on ``127.0.0.1:PORT``. A worker's
+``__main__`` is ``serve(results)`` (join, save, leave cleanly).
 """
 
 from __future__ import annotations
@@ -12,11 +13,39 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # Generous: on a loaded 2-core machine one rank took over 120 s (torch import, then the
 # collectives); a hang is still caught.
 TIMEOUT_S = 300
+
+
+def serve(results: Callable[[int, int], Any], timeout_s: float = 60) -> None:
+    """A worker's body: join the group its arguments name, save ``results(rank, world)`` to
+    ``OUTDIR/rank<RANK>.pt``, and leave together.
+
+    A rank that destroys the group while another still talks to it can make gloo abort that
+    one at exit, hence the barrier; interpreter teardown (seconds with torch loaded on a busy
+    machine) is skipped once the results are saved and the group is closed.
+    """
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world, port, outdir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        torch.save(results(rank, world), f"{outdir}/rank{rank}.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def free_port() -> int:

@@ -7,10 +7,6 @@ step and saves the synced ``compute()`` of each to ``OUTDIR/rank{RANK}.pt``.
 
 from __future__ import annotations
 
-import datetime
-import os
-import sys
-
 import torch
 
 K = 4
@@ -40,21 +36,8 @@ def run(world: int, ranks: list[int]) -> dict[str, torch.Tensor]:
     return {name: m.compute() for name, m in metrics.items()}
 
 
-def main() -> None:
-    rank, world, port, outdir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                         rank=rank, world_size=world,
-                                         timeout=datetime.timedelta(seconds=60))
-    try:
-        torch.save(run(world, [rank]), f"{outdir}/rank{rank}.pt")
-        torch.distributed.barrier()  # leave together (see ddp_worker.py)
-    finally:
-        torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown: the results are saved and the group is closed
-
 
 if __name__ == "__main__":
-    main()
+    from ddp_launch import serve
+
+    serve(lambda rank, world: run(world, [rank]))
