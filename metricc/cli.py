@@ -166,12 +166,18 @@ def _counts_grad(m: Any, latex: bool) -> int:
                                for k in m.gradient},
                   "g1 = df/dTP - df/dFN": r"g_1 = f_{\mathrm{TP}} - f_{\mathrm{FN}}",
                   "g0 = df/dFP - df/dTN": r"g_0 = f_{\mathrm{FP}} - f_{\mathrm{TN}}"}
-        for label, e in rows:
-            print(f"{labels[label]} = {sympy.latex(e, symbol_names=names)}")
-        return EXIT_OK
-    width = max(len(label) for label, _ in rows)
+        return _print_rows(rows, lambda label, e: (labels[label],
+                                                   sympy.latex(e, symbol_names=names)))
+    return _print_rows(rows)
+
+
+def _print_rows(rows: list[tuple[str, Any]],
+                latex: Callable[[str, Any], tuple[str, str]] | None = None) -> int:
+    """``label = expression`` lines, aligned as text or one LaTeX line each."""
+    width = 0 if latex else max(len(label) for label, _ in rows)
     for label, e in rows:
-        print(f"{label.ljust(width)} = {e}")
+        left, right = latex(label, e) if latex else (label.ljust(width), str(e))
+        print(f"{left} = {right}")
     return EXIT_OK
 
 
@@ -180,12 +186,8 @@ def _curve_grad(m: Any, latex: bool) -> int:
 
     rows = [("f", m.expr), *m.gradient.items()]
     if latex:
-        for label, e in rows:
-            print(f"{label} = {sympy.latex(e)}")
-        return EXIT_OK
-    width = max(len(label) for label, _ in rows)
-    for label, e in rows:
-        print(f"{label.ljust(width)} = {e}")
+        return _print_rows(rows, lambda label, e: (label, sympy.latex(e)))
+    _print_rows(rows)
     print("(the local forms, symbolic in the number of thresholds T: f = h(r0, r1, ...) over the "
           "reductions r_j; dV/dTP_k = sum_j dh/dr_j (dterm/dTP_k at k + dterm/dTP_k+1 at k - 1) for "
           "area/steps, TP1 FP1 ... being the counts at k + 1; docs/curve.md)")
