@@ -140,41 +140,49 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
     return u, d, 1.0 / h
 
 
-def _offset(k: Tensor, neg: Tensor, rows: int, bins: int) -> Tensor:
-    """Bin numbers ``k`` (float64, in ``[0, T)``) moved into each element's row of the flat
-    ``(2, C, T)`` histogram: positives first, then negatives (``neg``); columns of ``(N, C)``
-    scores in their class's row. Integers in float64 are exact; float64 operations keep
-    torch on its fast paths (an in-place int64 - float64 mix is 20x slower)."""
-    if k.dim() == 2:
-        k = k.add_(torch.arange(rows, dtype=k.dtype, device=k.device) * bins)
-    return torch.add(k, neg, alpha=rows * bins)
+def _index_dtype(size: int) -> torch.dtype:
+    """int32 bin indices while they fit: half the memory, and int32 arithmetic with a bool
+    stays on torch's vectorised paths (int64 += bool is 20x slower)."""
+    return torch.int32 if size < 1 << 31 else torch.int64
+
+
+def _row_offset(idx: Tensor, pos: Tensor, rows: int, bins: int) -> Tensor:
+    """Move in place the bin numbers ``idx`` of ``(N,)`` or ``(N, C, *)`` scores into each
+    element's row of the flat ``(2, C, T)`` histogram: negatives first, then positives
+    (``pos``); the class (dim 1) is the row, read in place without a permute."""
+    if idx.dim() >= 2:
+        offset = torch.arange(rows, dtype=idx.dtype, device=idx.device).mul_(bins)
+        idx = idx.add_(offset.view(rows, *(1,) * (idx.dim() - 2)))
+    return idx.add_(pos, alpha=rows * bins)
 
 
 def _scatter(size: int, index: Tensor, values: Tensor | None) -> Tensor:
     """``bincount`` into float64 (a count when ``values`` is None; ``values`` float64)."""
     if values is None:
         return torch.bincount(index, minlength=size).to(torch.float64)
-    return torch.zeros(size, dtype=torch.float64, device=index.device).scatter_add_(0, index, values)
+    return torch.zeros(size, dtype=torch.float64, device=index.device).index_add_(0, index, values)
 
 
-def _histogram(u: Tensor, neg: Tensor, mass: Tensor | None, rows: int, bins: int, width: int
+def _histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int, width: int
                ) -> tuple[Tensor, Tensor]:
     """The soft ``(2, C, T)`` histogram (flat, float64) of positions ``u``, and the index
     the backward needs: each element's bin (width 1) or its row's first bin (wider)."""
     size = 2 * rows * bins
+    dtype = _index_dtype(size)
     if width == 1:
-        # linear interpolation: 1 - f to bin k, f to bin k + 1, with k <= T - 2
-        k = u.floor().clamp_(max=bins - 2)
+        # linear interpolation: 1 - f to bin k, f to bin k + 1, with k <= T - 2. u >= 0, so
+        # the cast truncates to floor(u) without a float64 floor tensor. A NaN position casts
+        # to an arbitrary integer: clamped to a valid bin, its NaN f then marks the histogram
+        # (checked by the caller).
+        k = u.to(dtype).clamp_(0, bins - 2)
         f = u.sub_(k)  # u is not needed after this (width 1)
-        # a NaN position casts to an arbitrary integer: clamped to a valid bin, its NaN f
-        # then marks the histogram (checked by the caller)
-        idx = _offset(k, neg, rows, bins).to(torch.int64).clamp_(0, size - 1).reshape(-1)
+        idx = _row_offset(k, pos, rows, bins).reshape(-1)
         frac = _scatter(size, idx, f.reshape(-1) if mass is None else f.mul_(mass).reshape(-1))
         hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
         hist[1:] += frac[:-1]  # k + 1 stays in its row: frac is 0 at each row's last bin
         return hist, idx
     hist = torch.zeros(size, dtype=torch.float64, device=u.device)
-    base = _offset(torch.zeros_like(u), neg, rows, bins).to(torch.int64)
+    base = _row_offset(torch.zeros(u.shape, dtype=dtype, device=u.device), pos, rows, bins)
     floor = u.floor()
     f = u - floor
     k = floor.to(torch.int64).clamp_(0, bins - 1)  # NaN: see above
@@ -210,17 +218,17 @@ class SoftCurve(torch.autograd.Function):
         in_dtype = s.dtype
         work = torch.promote_types(in_dtype, torch.float32)
         s = s.to(work)
-        rows, bins, width = (s.shape[1] if s.dim() == 2 else 1), relax.bins, int(relax.width)
+        rows, bins, width = (s.shape[1] if s.dim() >= 2 else 1), relax.bins, int(relax.width)
         u, d, scale = _positions(s, relax, from_logits)
         w = None if w is None else w.to(work)
         w64 = None if w is None else w.to(torch.float64)
         if hard:
-            hist, idx = _histogram(u, y.logical_not(), w64, rows, bins, width)
-        else:  # soft labels: each element once as a positive of mass y w, once as a negative
+            hist, idx = _histogram(u, y if y.dtype == torch.bool else y != 0, w64, rows, bins, width)
+        else:  # soft labels: each element once as a negative of mass (1 - y) w, once as a positive
             y64 = y.to(torch.float64)
-            mass = torch.cat((y64, 1 - y64) if w64 is None else (y64 * w64, (1 - y64) * w64))
-            neg = torch.cat((torch.zeros_like(y, dtype=torch.bool), torch.ones_like(y, dtype=torch.bool)))
-            hist, idx = _histogram(torch.cat((u, u)), neg, mass, rows, bins, width)
+            mass = torch.cat((1 - y64, y64) if w64 is None else ((1 - y64) * w64, y64 * w64))
+            pos = torch.cat((torch.zeros_like(y, dtype=torch.bool), torch.ones_like(y, dtype=torch.bool)))
+            hist, idx = _histogram(torch.cat((u, u)), pos, mass, rows, bins, width)
         # a data-dependent check: skipped while torch.compile traces (inputs are validated there)
         if not torch.compiler.is_compiling() and not bool(torch.isfinite(hist).all()):
             raise MetricError("scores hold NaN (or, as probabilities, infinite) values; the curve cannot "
@@ -228,7 +236,7 @@ class SoftCurve(torch.autograd.Function):
         curve = _reverse_cumsum(hist.view(2, rows, bins))
         if s.dim() == 1:
             curve = curve.squeeze(1)
-        tp, fp = curve.unbind(0)
+        fp, tp = curve.unbind(0)
         pos, neg = tp[..., 0].clone(), fp[..., 0].clone()
         ctx.mark_non_differentiable(pos, neg)
         ctx.meta, ctx.shape = (in_dtype, work, scale, bins, width, hard), s.shape
@@ -239,7 +247,7 @@ class SoftCurve(torch.autograd.Function):
     def backward(ctx: Any, g_tp: Tensor, g_fp: Tensor, _gp: Tensor, _gn: Tensor) -> tuple[Tensor | None, ...]:
         idx, d, w, y, u = ctx.saved_tensors
         in_dtype, work, scale, bins, width, hard = ctx.meta
-        g = torch.stack((g_tp, g_fp)).to(torch.float64).reshape(-1)
+        g = torch.stack((g_fp, g_tp)).to(torch.float64).reshape(-1)
         shape = ctx.shape
         n = shape[0]
         if width == 1:
@@ -251,8 +259,8 @@ class SoftCurve(torch.autograd.Function):
         else:
             adj = g.view(-1, bins).cumsum(-1).view(-1).mul_(scale)
             grad = _tap_adjoint(u if hard else torch.cat((u, u)), idx, adj, bins, width).to(work)
-        if not hard:  # the positives' half weighted by y, the negatives' by 1 - y
-            grad = torch.lerp(grad[n:], grad[:n], y.to(work))
+        if not hard:  # the negatives' half weighted by 1 - y, the positives' by y
+            grad = torch.lerp(grad[:n], grad[n:], y.to(work))
         if d is not None:
             grad = grad.mul_(d)
         if w is not None:

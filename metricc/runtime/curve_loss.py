@@ -180,7 +180,11 @@ class CurveLoss(torch.nn.Module):
 
     def _columns(self, input: Tensor, target: Tensor, weight: Tensor | None
                  ) -> tuple[Tensor, Tensor, Tensor | None, bool]:
-        """``(scores, labels, weights, from_logits)`` as ``(M,)`` or ``(M, C)`` columns."""
+        """``(scores, labels, weights, from_logits)`` as ``(M,)`` (binary) or ``(N, C, *)``.
+
+        The soft curve reads ``(N, C, *)`` in place, the class (dim 1) as its histogram row:
+        no permute to ``(M, C)`` columns, and multiclass labels are a bool comparison with the
+        class numbers rather than an int64 one-hot."""
         w = None if weight is None else validate_weight(weight, target, self.validate_args)
         if self.mode == "binary":
             # (N, 1, *) against (N, *) (single_channel) holds the same elements
@@ -188,15 +192,14 @@ class CurveLoss(torch.nn.Module):
         if input.dim() < 2 or input.shape[1] < 2:
             raise MetricError(f"mode={self.mode!r} needs input of shape (N, C, *) with C >= 2 classes "
                               f"on dim 1, got {tuple(input.shape)}; for one curve use mode='binary'")
-        c = input.shape[1]
-        s = input.movedim(1, -1).reshape(-1, c)
         if self.mode == "multilabel":
-            y = target.movedim(1, -1).reshape(-1, c)
-            return s, y, None if w is None else w.movedim(1, -1).reshape(-1, c), self.from_logits
-        if self.from_logits:  # one-vs-rest curves rank the class probabilities
-            s = torch.softmax(s, -1)
-        y = torch.nn.functional.one_hot(target.reshape(-1).long(), c)
-        w = None if w is None else w.reshape(-1, 1).expand(-1, c)
+            return input, target, w, self.from_logits
+        c = input.shape[1]
+        # one-vs-rest curves rank the class probabilities
+        s = torch.softmax(input, 1) if self.from_logits else input
+        classes = torch.arange(c, device=target.device).view(c, *(1,) * (input.dim() - 2))
+        y = target.unsqueeze(1) == classes
+        w = None if w is None else w.unsqueeze(1).expand_as(input)
         return s, y, w, False
 
     def _check_target(self, input: Tensor, target: Tensor) -> None:
