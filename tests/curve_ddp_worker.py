@@ -10,10 +10,6 @@ reference on the concatenated shards.
 
 from __future__ import annotations
 
-import datetime
-import os
-import sys
-
 import torch
 
 FEATURES = 3
@@ -63,22 +59,8 @@ def run_case(name: str, world: int, rank: int, ddp: bool) -> list[tuple[torch.Te
     return results
 
 
-def main(rank: int, world: int, port: int, outdir: str) -> None:
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=60))
-    try:
-        results = {name: run_case(name, world, rank, ddp=True) for name in CASES}
-        torch.save(results, f"{outdir}/rank{rank}.pt")
-        dist.barrier()  # leave together (see ddp_worker.py)
-    finally:
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown: the results are saved and the group is closed
-
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    from ddp_launch import serve
+
+    serve(lambda rank, world: {name: run_case(name, world, rank, ddp=True) for name in CASES})
