@@ -10,7 +10,8 @@ recall >= 0.8 and >= 0.9, with the model, splits and training of
   constrained losses (``CONSTRAINED_DEFAULTS``), written out;
   ``precision_at_recall``, ``metricc.compile("precision_at_recall", min_recall=t).loss(
   from_logits=True, memory_decay=0.9)``, the threshold-free curve objective at the operating
-  point; any other compiled metric with ``--metric-loss LABEL FORMULA`` (``{target}`` in the
+  point, and ``precision_at_recall_nomem``, the same without memory (an ablation); any other
+  compiled metric with ``--metric-loss LABEL FORMULA`` (``{target}`` in the
   formula is replaced). A loss without ``row_losses`` (the curve losses) trains through
   ``PerModel``: one copy per model, called the ordinary way, ``loss(scores, target)``, on that
   model's mini-batch; a loss that does not build is skipped, and the report says why;
@@ -152,7 +153,10 @@ def default_methods(recipe: dict[str, Any] | None = None) -> list[Method]:
     return [Method("bce", lambda t: "bce", per_target=False),
             Method("constrained", lambda t: constrained_loss(t, recipe)),
             Method("precision_at_recall", metric_loss("precision_at_recall", CURVE_OPTIONS,
-                                                      min_recall="{target}"), at_half=False)]
+                                                      min_recall="{target}"), at_half=False),
+            # the ablation: the same curve loss on each batch alone (no memory)
+            Method("precision_at_recall_nomem", metric_loss("precision_at_recall",
+                                                            min_recall="{target}"), at_half=False)]
 
 
 def available(methods: Sequence[Method]) -> tuple[list[Method], dict[str, str]]:
@@ -193,6 +197,8 @@ RULES: dict[str, Callable[[np.ndarray, np.ndarray, float], tuple[float, bool]]] 
 
 # --------------------------------------------------------------------------- runs
 def run_dataset(name: str, cfg: ct.Config, methods: Sequence[Method]) -> list[dict]:
+    from sklearn.metrics import roc_auc_score
+
     torch.set_num_threads(1)
     X, y = ct.DATASETS[name]()
     parts = ct.splits(y, cfg)
@@ -210,6 +216,8 @@ def run_dataset(name: str, cfg: ct.Config, methods: Sequence[Method]) -> list[di
             for fi, (fit, val, te) in enumerate(parts):
                 for si, seed in enumerate(cfg.seeds):
                     p = probs[li, fi, si]
+                    # the model's ranking on the test fold: below 0.5, it ranks backwards
+                    auroc = float(roc_auc_score(y[te], p[te]))
                     for rule, pick in rules.items():
                         t, qualified = pick(p[val], y[val], target)
                         prec, rec, npos = ct.scores(p[te], y[te], t)
@@ -218,7 +226,8 @@ def run_dataset(name: str, cfg: ct.Config, methods: Sequence[Method]) -> list[di
                                      "qualified": qualified, "precision": prec, "recall": rec,
                                      "met": rec >= target, "pred_pos": npos,
                                      "val_recall": ct.scores(p[val], y[val], t)[1],
-                                     "fit_recall": ct.scores(p[fit], y[fit], t)[1]})
+                                     "fit_recall": ct.scores(p[fit], y[fit], t)[1],
+                                     "test_auroc": auroc})
     return rows
 
 
@@ -279,6 +288,8 @@ def summarise(rows: list[dict], datasets: Sequence[str], methods: Sequence[str])
                     "met_fraction": float(np.mean(met)),
                     "sets_mean_recall_ge_target": int(sum(r >= target for r in rec)),
                     "qualified_fraction": float(np.mean([r["qualified"] for s in per for r in s])),
+                    "inverted_fraction": float(np.mean([r["test_auroc"] < 0.5 for s in per
+                                                        for r in s])),
                     "sets": len(datasets), "versus": {}}
                 for ref in REFERENCES:
                     base = [_sel(rows, dataset=d, target=target, method=ref, rule=rule)
@@ -333,13 +344,15 @@ def write_report(out: Path, rows: list[dict], meta: dict) -> None:
     lines += ["## Means over the sets", "",
               "Mean recall / precision: mean over the sets of each set's mean. *met*: fraction of all "
               "runs whose test recall meets the target. *qualified*: fraction of runs where some "
-              "threshold passed the rule. *vs X*: against method X with the same rule, the "
+              "threshold passed the rule. *inverted*: fraction of runs whose model ranks the test "
+              "fold backwards (test AUROC < 0.5). *vs X*: against method X with the same rule, the "
               "difference of mean precision, the sets with mean precision >= X's, and the sets "
               "where a paired two-sided Wilcoxon signed-rank test of the precision over the runs "
               "(Holm over the sets) finds it better / worse at p < 0.05.", "",
               "| target | rule | method | test recall | met | sets recall >= target | test precision | "
-              "qualified | " + " | ".join(f"vs {r}: diff, >=, better / worse" for r in refs) + " |",
-              "|---:|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(refs)]
+              "qualified | inverted | " + " | ".join(f"vs {r}: diff, >=, better / worse"
+                                                    for r in refs) + " |",
+              "|---:|---|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(refs)]
     for s in summary:
         n = s["sets"]
         vs = [(f"{v['mean_precision_diff']:+.3f}, {v['sets_precision_ge']}/{n}, "
@@ -348,7 +361,7 @@ def write_report(out: Path, rows: list[dict], meta: dict) -> None:
         lines.append(f"| {s['target']} | {s['rule']} | {s['method']} | {s['mean_recall']:.3f} | "
                      f"{s['met_fraction']:.2f} | {s['sets_mean_recall_ge_target']}/{n} | "
                      f"{s['mean_precision']:.3f} | {s['qualified_fraction']:.2f} | "
-                     + " | ".join(vs) + " |")
+                     f"{s['inverted_fraction']:.2f} | " + " | ".join(vs) + " |")
     lines.append("")
     (out / "operating_points.md").write_text("\n".join(lines), encoding="utf-8")
     (out / "operating_points_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -372,7 +385,8 @@ def merge(folders: Sequence[Path], out: Path) -> int:
             for r in csv.DictReader(fh):
                 for k in ("fold", "seed", "pred_pos"):
                     r[k] = int(r[k])
-                for k in ("target", "threshold", "precision", "recall", "val_recall", "fit_recall"):
+                for k in ("target", "threshold", "precision", "recall", "val_recall", "fit_recall",
+                          "test_auroc"):
                     r[k] = float(r[k])
                 r["qualified"], r["met"] = r["qualified"] == "True", r["met"] == "True"
                 rows.append(r)

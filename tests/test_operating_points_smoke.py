@@ -92,13 +92,14 @@ def test_quick_run(tmp_path: Path) -> None:
         rows = list(csv.DictReader(fh))
     methods = {r["method"] for r in rows}
     # the curve alternative trains beside the Lagrangian and BCE, on the same runs
-    assert methods == {"bce", "constrained", "precision_at_recall"}
+    curves = {"precision_at_recall", "precision_at_recall_nomem"}
+    assert methods == {"bce", "constrained", *curves}
     assert "Not run" not in report
     assert {r["rule"] for r in rows} == {"plain", "confident", "at0.5"}
     # at0.5 only for a loss with a threshold of its own (not BCE, not the threshold-free curve)
     assert {r["method"] for r in rows if r["rule"] == "at0.5"} == {"constrained"}
     # 1 set x 2 folds x 1 seed x 2 targets, per method: plain and confident, + at0.5
-    assert len(rows) == 4 * (2 + 3 + 2)
+    assert len(rows) == 4 * (2 + 3 + 2 * len(curves))
     for m in methods:  # the same (fold, seed, target) runs for every method: pairable
         assert {(r["fold"], r["seed"], r["target"]) for r in rows if r["method"] == m} == {
             (r["fold"], r["seed"], r["target"]) for r in rows if r["method"] == "bce"}
@@ -108,9 +109,10 @@ def test_quick_run(tmp_path: Path) -> None:
     summary = op.summarise([{**r, "fold": int(r["fold"]), "seed": int(r["seed"]),
                              "target": float(r["target"]), "precision": float(r["precision"]),
                              "recall": float(r["recall"]), "met": r["met"] == "True",
-                             "qualified": r["qualified"] == "True"} for r in rows],
-                           ["glass0"], ["bce", "constrained", "precision_at_recall"])
-    curve = [e for e in summary if e["method"] == "precision_at_recall"]
+                             "qualified": r["qualified"] == "True",
+                             "test_auroc": float(r["test_auroc"])} for r in rows],
+                           ["glass0"], ["bce", "constrained", *sorted(curves)])
+    curve = [e for e in summary if e["method"] in curves]
     assert curve and all(set(e["versus"]) == {"bce", "constrained"} for e in curve)
     for e in curve:
         bce = next(b for b in summary if b["method"] == "bce" and b["rule"] == e["rule"]
@@ -122,6 +124,7 @@ def test_quick_run(tmp_path: Path) -> None:
         rec, prec, target = float(r["recall"]), float(r["precision"]), float(r["target"])
         assert 0.0 <= rec <= 1.0 and 0.0 <= prec <= 1.0
         assert (r["met"] == "True") == (rec >= target)
+        assert 0.0 <= float(r["test_auroc"]) <= 1.0
         by_key.setdefault((r["method"], r["target"], r["fold"], r["seed"]), {})[r["rule"]] = r
     for rules in by_key.values():
         plain, conf = rules["plain"], rules["confident"]
