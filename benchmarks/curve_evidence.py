@@ -402,6 +402,8 @@ def write_report(out: Path, rows: list[dict], meta: dict) -> None:
     for key, title in (("auroc", "Test AUROC"), ("ap", "Test average precision")):
         lines += [f"## {title}", "", *metric_table(cmp, key, datasets, methods), ""]
     lines += ["## Reading", "", *reading(cmp, len(datasets)), ""]
+    if any(m in methods for m in LIBAUC):
+        lines += ["## LibAUC's AUC-M with PESG", "", *libauc_reading(cmp, s, len(datasets)), ""]
     (out / "curve_evidence.md").write_text("\n".join(lines), encoding="utf-8")
     (out / "curve_evidence.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
@@ -434,6 +436,35 @@ def reading(cmp: dict, n_sets: int) -> list[str]:
     return [*lines, "", f"Recommended on this evidence: **{best}** (the rule: highest mean AP among "
             "the variants at least BCE's mean on both metrics and significantly worse on no set); "
             "differences this small are a tie with BCE, not a gain."]
+
+
+def libauc_reading(cmp: dict, s: dict, n_sets: int) -> list[str]:
+    """How AUC-M was run, and where it stands against BCE and the recipe, from the numbers."""
+    out = [f"`libauc_aucm` is `AUCMLoss(margin={s['aucm_margin']})` (version v1, the class "
+           "prior estimated per batch) on sigmoid scores, trained with `PESG` at its defaults "
+           f"(SGD, lr {s['pesg_lr']}, {', '.join(f'{k} {v:g}' for k, v in PESG_DEFAULTS.items())}), "
+           "`update_regularizer(decay_factor=10)` after "
+           f"{' and '.join(f'{round(f * 100)} %' for f in s['pesg_decay_epochs'])} of the epochs; "
+           "`libauc_aucm adam` the same with `PESG(mode=\"adam\")` at the harness's Adam lr. One "
+           "network, loss (a, b, alpha) and PESG per fold and seed, from the same initial weights "
+           "as every other loss. The batches are the harness's ordinary shuffled ones, the same as "
+           "every other loss sees: LibAUC's docs recommend its `DualSampler` (positives "
+           "oversampled to a fixed share of each batch), which the issue reports users dislike "
+           "(it replaces their data pipeline); AUC-M may do better with it.", ""]
+    for m in (x for x in LIBAUC if (x, "ap") in cmp):
+        verdict = []
+        for ref in (r for r in REFERENCES if r in cmp[m, "ap"]["vs"]):
+            worse = {k: cmp[m, k]["vs"][ref]["worse"] for k in ("auroc", "ap")}
+            better = {k: cmp[m, k]["vs"][ref]["better"] for k in ("auroc", "ap")}
+            lower = all(cmp[m, k]["mean"] < cmp[ref, k]["mean"] for k in ("auroc", "ap"))
+            w, b = any(worse.values()), any(better.values())
+            word = ("is mixed against" if w and b else "loses to" if w else "beats" if b else
+                    "is below, not significantly," if lower else "ties")
+            verdict.append(f"{word} {ref} (significantly worse on {worse['auroc']} / "
+                           f"{worse['ap']} of {n_sets} sets, better on {better['auroc']} / "
+                           f"{better['ap']}, AUROC / AP)")
+        out.append(f"- {m} " + "; it ".join(verdict) + ".")
+    return out
 
 
 FIELDS = ["dataset", "method", "fold", "seed", "auroc", "ap"]
