@@ -30,7 +30,7 @@ README's recipe ``bce+ap``, by a paired two-sided Wilcoxon signed-rank test over
 seeds of a set, Holm-corrected over the sets.
 
     python benchmarks/curve_evidence.py --quick                # smoke run (seconds)
-    python benchmarks/curve_evidence.py --datasets glass0 --out /tmp/a   # one set (< 1 min CPU)
+    python benchmarks/curve_evidence.py --datasets glass0 --out /tmp/a   # one set (1.5-2 min CPU)
     python benchmarks/curve_evidence.py --merge /tmp/a /tmp/b  # merge runs into docs/
 
 It writes ``curve_evidence.md`` and ``curve_evidence_runs.csv`` to ``--out`` (default ``docs/``).
