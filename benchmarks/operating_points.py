@@ -1,16 +1,20 @@
 #!/usr/bin/env python
 """Operating points on new data: precision at a recall target, with a plain or a confident threshold.
 
-Issue 28.5 (and the slot for 28.4). On the development KEEL sets, folds x seeds, targets
+Issues 28.5 and 28.4. On the development KEEL sets, folds x seeds, targets
 recall >= 0.8 and >= 0.9, with the model, splits and training of
 ``benchmarks/constraints_tabular.py`` (``ct.Config``, ``ct.splits``, ``ct.train_models``):
 
 * methods (the losses): ``bce``; ``constrained``, ``metricc.compile("precision subject to
   recall >= t").loss(from_logits=True, **RECIPE)``, ``RECIPE`` the package's defaults for
   constrained losses (``CONSTRAINED_DEFAULTS``), written out;
-  ``precision_at_recall``, ``metricc.compile("precision_at_recall", min_recall=t).loss(...)``,
-  skipped (and said so in the report) while that metric does not compile; any other compiled
-  metric with ``--metric-loss LABEL FORMULA`` (``{target}`` in the formula is replaced);
+  ``precision_at_recall``, ``metricc.compile("precision_at_recall", min_recall=t).loss(
+  from_logits=True, memory_decay=0.9)``, the threshold-free curve objective at the operating
+  point, and ``precision_at_recall_nomem``, the same without memory (an ablation); any other
+  compiled metric with ``--metric-loss LABEL FORMULA`` (``{target}`` in the
+  formula is replaced). A loss without ``row_losses`` (the curve losses) trains through
+  ``PerModel``: one copy per model, called the ordinary way, ``loss(scores, target)``, on that
+  model's mini-batch; a loss that does not build is skipped, and the report says why;
 * threshold rules, each on the validation part of the training fold:
 
   - ``plain``: the highest threshold whose validation recall meets the target;
@@ -22,8 +26,9 @@ recall >= 0.8 and >= 0.9, with the model, splits and training of
     reference;
 
 * per set: the fraction of runs whose test recall meets the target, mean test recall and
-  precision with standard deviations; paired Wilcoxon signed-rank tests over runs of each
-  metricc method against BCE with the same rule (Holm-corrected over the sets).
+  precision with standard deviations; paired Wilcoxon signed-rank tests of the precision over
+  the runs of each metricc method against BCE and against the constrained loss (the
+  Lagrangian) with the same rule (Holm-corrected over the sets).
 
     python benchmarks/operating_points.py            # the recorded run -> docs/operating_points.md
     python benchmarks/operating_points.py --quick    # smoke run (seconds), into a temporary folder
@@ -38,6 +43,7 @@ to ``--out``.
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import json
 import os
@@ -70,6 +76,11 @@ QUICK_SETS: tuple[str, ...] = ("glass0",)
 #: recorded in the report, so each run says what it trained with.
 RECIPE: dict[str, Any] = {"relaxation": "anyloss", "memory_decay": 0.0, **{
     k: CONSTRAINED_DEFAULTS[k] for k in ("amplifier", "multiplier_lr", "penalty", "multiplier_rates")}}
+#: The curve loss's options: memory over about 10 batches, as docs/curve_bias.md advises for
+#: curve losses on small batches and as benchmarks/curve_evidence.py trains them.
+CURVE_OPTIONS: dict[str, Any] = {"memory_decay": 0.9}
+#: The references each metricc method's precision is paired against (same threshold rule).
+REFERENCES: tuple[str, ...] = ("bce", "constrained")
 
 
 # ------------------------------------------------------------------------ methods
@@ -79,11 +90,14 @@ class Method:
 
     ``build`` raising (e.g. a metric that does not compile yet) marks the method unavailable.
     ``per_target=False``: one model serves every target (BCE does not see the target).
+    ``at_half``: the loss has a decision threshold of its own, probability 0.5 (the 2x2 losses;
+    a threshold-free curve loss has none, so the ``at0.5`` rule does not apply to it).
     """
 
     name: str
     build: Callable[[float], ct.LossSpec]
     per_target: bool = True
+    at_half: bool = True
 
 
 def constrained_loss(target: float, recipe: dict[str, Any] | None = None) -> ct.LossSpec:
@@ -96,21 +110,53 @@ def constrained_loss(target: float, recipe: dict[str, Any] | None = None) -> ct.
     return ct.constrained(target).loss(relaxation, from_logits=True, **opts)
 
 
-def metric_loss(formula: str, **params: Any) -> Callable[[float], ct.LossSpec]:
-    """A method from any compiled metric: ``formula``/``params`` may contain ``{target}``."""
+def metric_loss(formula: str, options: dict[str, Any] | None = None, **params: Any
+                ) -> Callable[[float], ct.LossSpec]:
+    """A method from any compiled metric: ``formula``/``params`` may contain ``{target}``;
+    ``options`` go to ``loss()`` besides ``from_logits=True``."""
 
     def build(target: float) -> ct.LossSpec:
         text = formula.format(target=target)
         values = {k: (target if v == "{target}" else v) for k, v in params.items()}
-        return metricc.compile(text, **values).loss(from_logits=True)
+        return metricc.compile(text, **values).loss(from_logits=True, **(options or {}))
 
     return build
+
+
+class PerModel:
+    """A loss without ``row_losses`` (a curve loss) in the batched harness.
+
+    ``ct.train_models`` asks for one loss per model (``row_losses``); this keeps one copy of
+    the loss per model, made on the first call, so that each model's state (a curve loss's
+    memory) is its own, and calls each the ordinary way, ``loss(scores, target)``, on that
+    model's mini-batch with the padding (weight 0) dropped.
+    """
+
+    def __init__(self, loss: torch.nn.Module) -> None:
+        self.loss = loss
+        self.copies: list[torch.nn.Module] = []
+
+    def row_losses(self, logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if not self.copies:
+            self.copies = [copy.deepcopy(self.loss) for _ in range(logits.shape[0])]
+        keep = w > 0
+        return torch.stack([fn(s[k], t[k]) for fn, s, t, k in zip(self.copies, logits, y, keep,
+                                                                   strict=True)])
+
+
+def trainable(loss: ct.LossSpec) -> ct.LossSpec:
+    """``loss`` as ``ct.train_models`` takes it: ``"bce"``, a row loss, or a ``PerModel``."""
+    return loss if loss == "bce" or hasattr(loss, "row_losses") else PerModel(loss)
 
 
 def default_methods(recipe: dict[str, Any] | None = None) -> list[Method]:
     return [Method("bce", lambda t: "bce", per_target=False),
             Method("constrained", lambda t: constrained_loss(t, recipe)),
-            Method("precision_at_recall", metric_loss("precision_at_recall", min_recall="{target}"))]
+            Method("precision_at_recall", metric_loss("precision_at_recall", CURVE_OPTIONS,
+                                                      min_recall="{target}"), at_half=False),
+            # the ablation: the same curve loss on each batch alone (no memory)
+            Method("precision_at_recall_nomem", metric_loss("precision_at_recall",
+                                                            min_recall="{target}"), at_half=False)]
 
 
 def available(methods: Sequence[Method]) -> tuple[list[Method], dict[str, str]]:
@@ -118,14 +164,9 @@ def available(methods: Sequence[Method]) -> tuple[list[Method], dict[str, str]]:
     ok, skipped = [], {}
     for m in methods:
         try:
-            loss = m.build(TARGETS[0])
+            m.build(TARGETS[0])
         except Exception as exc:
             skipped[m.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-            continue
-        if loss != "bce" and not hasattr(loss, "row_losses"):
-            # the batched harness trains one row of counts per model (row_losses); the curve
-            # loss keeps one curve per batch, so it needs its own training loop (not yet here)
-            skipped[m.name] = f"{type(loss).__name__} has no row_losses (one model per batch only)"
             continue
         ok.append(m)
     return ok, skipped
@@ -156,23 +197,27 @@ RULES: dict[str, Callable[[np.ndarray, np.ndarray, float], tuple[float, bool]]] 
 
 # --------------------------------------------------------------------------- runs
 def run_dataset(name: str, cfg: ct.Config, methods: Sequence[Method]) -> list[dict]:
+    from sklearn.metrics import roc_auc_score
+
     torch.set_num_threads(1)
     X, y = ct.DATASETS[name]()
     parts = ct.splits(y, cfg)
     slots: list[tuple[Method, float | None]] = []
     for m in methods:
         slots += [(m, t) for t in TARGETS] if m.per_target else [(m, None)]
-    losses = [m.build(TARGETS[0] if t is None else t) for m, t in slots]
+    losses = [trainable(m.build(TARGETS[0] if t is None else t)) for m, t in slots]
     probs = ct.train_models(X, y, parts, cfg, losses)
     rows = []
     for li, (m, slot_target) in enumerate(slots):
         for target in (TARGETS if slot_target is None else (slot_target,)):
             rules = dict(RULES)
-            if m.name != "bce":
+            if m.at_half and m.name != "bce":
                 rules["at0.5"] = lambda p, yy, t: (0.5, True)
             for fi, (fit, val, te) in enumerate(parts):
                 for si, seed in enumerate(cfg.seeds):
                     p = probs[li, fi, si]
+                    # the model's ranking on the test fold: below 0.5, it ranks backwards
+                    auroc = float(roc_auc_score(y[te], p[te]))
                     for rule, pick in rules.items():
                         t, qualified = pick(p[val], y[val], target)
                         prec, rec, npos = ct.scores(p[te], y[te], t)
@@ -181,7 +226,8 @@ def run_dataset(name: str, cfg: ct.Config, methods: Sequence[Method]) -> list[di
                                      "qualified": qualified, "precision": prec, "recall": rec,
                                      "met": rec >= target, "pred_pos": npos,
                                      "val_recall": ct.scores(p[val], y[val], t)[1],
-                                     "fit_recall": ct.scores(p[fit], y[fit], t)[1]})
+                                     "fit_recall": ct.scores(p[fit], y[fit], t)[1],
+                                     "test_auroc": auroc})
     return rows
 
 
@@ -210,8 +256,22 @@ def wilcoxon_p(a: np.ndarray, b: np.ndarray) -> float:
     return float(wilcoxon(a, b, zero_method="zsplit").pvalue)
 
 
+def versus(per: Sequence[list[dict]], base: Sequence[list[dict]]) -> dict[str, Any]:
+    """Precision of one method against a reference, set by set, paired run by run."""
+    prec = [np.mean([r["precision"] for r in s]) for s in per]
+    bprec = [np.mean([r["precision"] for r in s]) for s in base]
+    padj = holm([wilcoxon_p([r["precision"] for r in s], [r["precision"] for r in b])
+                 for s, b in zip(per, base, strict=True)])
+    pairs = list(zip(padj, prec, bprec, strict=True))
+    return {"sets_precision_ge": int(sum(p >= b - 1e-12 for _, p, b in pairs)),
+            "sets_better_p05": int(sum(a < 0.05 and p > b for a, p, b in pairs)),
+            "sets_worse_p05": int(sum(a < 0.05 and p < b for a, p, b in pairs)),
+            "mean_precision_diff": float(np.mean(prec) - np.mean(bprec)), "holm_p": padj}
+
+
 def summarise(rows: list[dict], datasets: Sequence[str], methods: Sequence[str]) -> list[dict]:
-    """One entry per (target, rule, method): means over sets and the comparison with BCE."""
+    """One entry per (target, rule, method): means over sets, and ``versus`` each reference
+    (``REFERENCES`` that ran, other than the method itself) with the same rule."""
     out = []
     for target in TARGETS:
         for rule in ("plain", "confident", "at0.5"):
@@ -222,26 +282,20 @@ def summarise(rows: list[dict], datasets: Sequence[str], methods: Sequence[str])
                 rec = [np.mean([r["recall"] for r in s]) for s in per]
                 prec = [np.mean([r["precision"] for r in s]) for s in per]
                 met = [r["met"] for s in per for r in s]
-                entry = {"target": target, "rule": rule, "method": m,
-                         "mean_recall": float(np.mean(rec)), "mean_precision": float(np.mean(prec)),
-                         "met_fraction": float(np.mean(met)),
-                         "sets_mean_recall_ge_target": int(sum(r >= target for r in rec)),
-                         "qualified_fraction": float(np.mean([r["qualified"] for s in per for r in s])),
-                         "sets": len(datasets)}
-                if m != "bce" and rule != "at0.5":
-                    base = [_sel(rows, dataset=d, target=target, method="bce", rule=rule)
+                entry: dict[str, Any] = {
+                    "target": target, "rule": rule, "method": m,
+                    "mean_recall": float(np.mean(rec)), "mean_precision": float(np.mean(prec)),
+                    "met_fraction": float(np.mean(met)),
+                    "sets_mean_recall_ge_target": int(sum(r >= target for r in rec)),
+                    "qualified_fraction": float(np.mean([r["qualified"] for s in per for r in s])),
+                    "inverted_fraction": float(np.mean([r["test_auroc"] < 0.5 for s in per
+                                                        for r in s])),
+                    "sets": len(datasets), "versus": {}}
+                for ref in REFERENCES:
+                    base = [_sel(rows, dataset=d, target=target, method=ref, rule=rule)
                             for d in datasets]
-                    bprec = [np.mean([r["precision"] for r in s]) for s in base]
-                    pv = [wilcoxon_p([r["precision"] for r in s], [r["precision"] for r in b])
-                          for s, b in zip(per, base, strict=True)]
-                    padj = holm(pv)
-                    entry |= {"sets_precision_ge_bce": int(sum(p >= b - 1e-12 for p, b in
-                                                               zip(prec, bprec, strict=True))),
-                              "sets_better_p05": int(sum(a < 0.05 and p > b for a, p, b in
-                                                         zip(padj, prec, bprec, strict=True))),
-                              "sets_worse_p05": int(sum(a < 0.05 and p < b for a, p, b in
-                                                        zip(padj, prec, bprec, strict=True))),
-                              "holm_p": padj}
+                    if ref != m and rule != "at0.5" and all(base):
+                        entry["versus"][ref] = versus(per, base)
                 out.append(entry)
     return out
 
@@ -271,8 +325,8 @@ def write_report(out: Path, rows: list[dict], meta: dict) -> None:
               "mean test precision ± sd.", ""]
     for target in TARGETS:
         lines += [f"## Target recall >= {target}", ""]
-        cols = [(m, r) for r in ("plain", "confident", "at0.5") for m in methods
-                if not (r == "at0.5" and m == "bce")]
+        ran = {(x["method"], x["rule"]) for x in rows}
+        cols = [(m, r) for r in ("plain", "confident", "at0.5") for m in methods if (m, r) in ran]
         lines += ["| set | " + " | ".join(f"{m} / {r}" for m, r in cols) + " |",
                   "|---|" + "---:|" * len(cols)]
         for d in datasets:
@@ -286,22 +340,28 @@ def write_report(out: Path, rows: list[dict], meta: dict) -> None:
             lines.append(f"| {d} | " + " | ".join(cells) + " |")
         lines.append("")
     summary = summarise(rows, datasets, methods)
+    refs = [r for r in REFERENCES if r in methods]
     lines += ["## Means over the sets", "",
               "Mean recall / precision: mean over the sets of each set's mean. *met*: fraction of all "
               "runs whose test recall meets the target. *qualified*: fraction of runs where some "
-              "threshold passed the rule. Against BCE with the same rule: sets with mean precision "
-              ">= BCE's, and sets where a paired Wilcoxon test over the runs (Holm over the sets) "
-              "finds it better / worse at p < 0.05.", "",
+              "threshold passed the rule. *inverted*: fraction of runs whose model ranks the test "
+              "fold backwards (test AUROC < 0.5). *vs X*: against method X with the same rule, the "
+              "difference of mean precision, the sets with mean precision >= X's, and the sets "
+              "where a paired two-sided Wilcoxon signed-rank test of the precision over the runs "
+              "(Holm over the sets) finds it better / worse at p < 0.05.", "",
               "| target | rule | method | test recall | met | sets recall >= target | test precision | "
-              "qualified | precision >= BCE | better / worse (p<0.05) |",
-              "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "qualified | inverted | " + " | ".join(f"vs {r}: diff, >=, better / worse"
+                                                    for r in refs) + " |",
+              "|---:|---|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(refs)]
     for s in summary:
         n = s["sets"]
-        cmp_ = (f"{s['sets_precision_ge_bce']}/{n} | {s['sets_better_p05']} / {s['sets_worse_p05']}"
-                if "holm_p" in s else "— | —")
+        vs = [(f"{v['mean_precision_diff']:+.3f}, {v['sets_precision_ge']}/{n}, "
+               f"{v['sets_better_p05']} / {v['sets_worse_p05']}") if (v := s["versus"].get(r))
+              else "—" for r in refs]
         lines.append(f"| {s['target']} | {s['rule']} | {s['method']} | {s['mean_recall']:.3f} | "
                      f"{s['met_fraction']:.2f} | {s['sets_mean_recall_ge_target']}/{n} | "
-                     f"{s['mean_precision']:.3f} | {s['qualified_fraction']:.2f} | {cmp_} |")
+                     f"{s['mean_precision']:.3f} | {s['qualified_fraction']:.2f} | "
+                     f"{s['inverted_fraction']:.2f} | " + " | ".join(vs) + " |")
     lines.append("")
     (out / "operating_points.md").write_text("\n".join(lines), encoding="utf-8")
     (out / "operating_points_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -325,7 +385,8 @@ def merge(folders: Sequence[Path], out: Path) -> int:
             for r in csv.DictReader(fh):
                 for k in ("fold", "seed", "pred_pos"):
                     r[k] = int(r[k])
-                for k in ("target", "threshold", "precision", "recall", "val_recall", "fit_recall"):
+                for k in ("target", "threshold", "precision", "recall", "val_recall", "fit_recall",
+                          "test_auroc"):
                     r[k] = float(r[k])
                 r["qualified"], r["met"] = r["qualified"] == "True", r["met"] == "True"
                 rows.append(r)

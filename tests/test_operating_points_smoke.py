@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +59,31 @@ def test_confident_rule_is_the_packages_and_qualifies_only_with_enough_positives
     assert t <= op.plain_threshold(p, y, 0.8)[0]
 
 
+def test_per_model_calls_each_models_own_loss_the_ordinary_way() -> None:
+    # the curve loss has no row_losses: PerModel gives each model (row) its own copy, so its
+    # value is the loss's ordinary call on that row's batch without padding, and its memory
+    # (memory_decay) holds only that model's batches
+    build = op.metric_loss("precision_at_recall", op.CURVE_OPTIONS, min_recall="{target}")
+    assert not hasattr(build(0.8), "row_losses")
+    wrapped = op.trainable(build(0.8))
+    assert isinstance(wrapped, op.PerModel) and op.trainable("bce") == "bce"
+    torch.manual_seed(0)
+    logits = torch.randn(3, 40, dtype=torch.float64, requires_grad=True)
+    y = (torch.rand(3, 40) < 0.4).double()
+    w = torch.ones(3, 40)
+    w[1, 30:] = 0.0  # row 1's batch is shorter: padding
+    refs = [build(0.8) for _ in range(3)]
+    for step in range(2):  # the second call sees the first batch in each model's memory
+        got = wrapped.row_losses(logits + step, y, w)
+        want = [refs[r]((logits + step)[r][w[r] > 0], y[r][w[r] > 0]) for r in range(3)]
+        assert got.shape == (3,) and torch.allclose(got, torch.stack(want))
+    # each row's loss reaches only its own model's scores, and never the padding
+    logits.grad = None
+    wrapped.row_losses(logits, y, w)[1].backward()
+    assert logits.grad[[0, 2]].abs().sum() == 0 and logits.grad[1, 30:].abs().sum() == 0
+    assert logits.grad[1, :30].abs().sum() > 0
+
+
 def test_quick_run(tmp_path: Path) -> None:
     assert op.main(["--quick", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "operating_points.md").read_text(encoding="utf-8")
@@ -64,18 +91,40 @@ def test_quick_run(tmp_path: Path) -> None:
     with (tmp_path / "operating_points_runs.csv").open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     methods = {r["method"] for r in rows}
-    assert {"bce", "constrained"} <= methods
-    if "precision_at_recall" not in methods:  # skipped, and the report says why
-        assert "`precision_at_recall` (" in report
+    # the curve alternative trains beside the Lagrangian and BCE, on the same runs
+    curves = {"precision_at_recall", "precision_at_recall_nomem"}
+    assert methods == {"bce", "constrained", *curves}
+    assert "Not run" not in report
     assert {r["rule"] for r in rows} == {"plain", "confident", "at0.5"}
-    assert not any(r["rule"] == "at0.5" and r["method"] == "bce" for r in rows)
-    # 1 set x 2 folds x 1 seed x 2 targets, per method: 2 rules for BCE, 3 for metric losses
-    assert len(rows) == 4 * (2 + 3 * (len(methods) - 1))
+    # at0.5 only for a loss with a threshold of its own (not BCE, not the threshold-free curve)
+    assert {r["method"] for r in rows if r["rule"] == "at0.5"} == {"constrained"}
+    # 1 set x 2 folds x 1 seed x 2 targets, per method: plain and confident, + at0.5
+    assert len(rows) == 4 * (2 + 3 + 2 * len(curves))
+    for m in methods:  # the same (fold, seed, target) runs for every method: pairable
+        assert {(r["fold"], r["seed"], r["target"]) for r in rows if r["method"] == m} == {
+            (r["fold"], r["seed"], r["target"]) for r in rows if r["method"] == "bce"}
+    # the curve method is paired against both references in the summary
+    for key in ("vs bce", "vs constrained"):
+        assert key in report
+    summary = op.summarise([{**r, "fold": int(r["fold"]), "seed": int(r["seed"]),
+                             "target": float(r["target"]), "precision": float(r["precision"]),
+                             "recall": float(r["recall"]), "met": r["met"] == "True",
+                             "qualified": r["qualified"] == "True",
+                             "test_auroc": float(r["test_auroc"])} for r in rows],
+                           ["glass0"], ["bce", "constrained", *sorted(curves)])
+    curve = [e for e in summary if e["method"] in curves]
+    assert curve and all(set(e["versus"]) == {"bce", "constrained"} for e in curve)
+    for e in curve:
+        bce = next(b for b in summary if b["method"] == "bce" and b["rule"] == e["rule"]
+                   and b["target"] == e["target"])
+        assert e["versus"]["bce"]["mean_precision_diff"] == pytest.approx(
+            e["mean_precision"] - bce["mean_precision"])
     by_key: dict[tuple, dict[str, dict]] = {}
     for r in rows:
         rec, prec, target = float(r["recall"]), float(r["precision"]), float(r["target"])
         assert 0.0 <= rec <= 1.0 and 0.0 <= prec <= 1.0
         assert (r["met"] == "True") == (rec >= target)
+        assert 0.0 <= float(r["test_auroc"]) <= 1.0
         by_key.setdefault((r["method"], r["target"], r["fold"], r["seed"]), {})[r["rule"]] = r
     for rules in by_key.values():
         plain, conf = rules["plain"], rules["confident"]
