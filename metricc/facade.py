@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import sympy
 
+from .analysis.cache import cached, expression_key
 from .analysis.counts import Analysis, analyse
 from .analysis.counts_check import CheckReport, check
 from .analysis.statistics import (
@@ -139,7 +140,19 @@ class Metric(CountsScoring, ConstraintMethods):
     def gradient(self) -> dict[str, sympy.Expr]:
         """``{"TP": d metric/d TP, "FP": ..., "FN": ..., "TN": ...}``."""
         with analysis_errors(self.text):  # computed on first use
-            return dict(self.analysis.gradient)
+            return dict(self._partials())
+
+    def _cache_key(self) -> tuple[Any, ...]:
+        """What a derived result depends on, for the opt-in disk cache (:mod:`metricc.analysis.cache`)."""
+        return (self.statistic.name, self.text.strip(), sorted(self.parameters.items()),
+                expression_key(self.expr), self.higher_is_better)
+
+    def _partials(self) -> dict[str, sympy.Expr]:
+        if "gradient" not in self.analysis.__dict__:  # not yet computed in this process
+            result = cached("gradient", self._cache_key(), lambda: self.analysis.gradient_result,
+                            keep=lambda r: r[1])
+            self.analysis.__dict__["gradient"] = result[0]  # the cached_property's slot
+        return self.analysis.gradient
 
     @property
     def undefined(self) -> list[sympy.Expr]:
@@ -172,7 +185,12 @@ class Metric(CountsScoring, ConstraintMethods):
         FN + FP + 2*TP = 0  (0/0)
         """
         if self._check is None:
-            self._check = self._run_check()
+            if self.constraints:  # the constraints' own metrics cache their reports
+                self._check = self._run_check()
+            else:  # not a report the time budget cut short: a faster run may prove more
+                self._check = cached("check", self._cache_key(), self._run_check,
+                                     keep=lambda r: not getattr(r, "budget_spent", False),
+                                     own=self.expr)
         return self._check
 
     def _run_check(self) -> Any:
@@ -180,7 +198,7 @@ class Metric(CountsScoring, ConstraintMethods):
 
         # One budget for simplifying the partials and for the proofs on them.
         with limit(), analysis_errors(self.text):
-            report: Any = check(self.expr, self.analysis.gradient,
+            report: Any = check(self.expr, self._partials(),
                                 higher_is_better=self.higher_is_better)
         if self.constraints:  # and whether each constraint can be met
             from .constraints import ConstraintsCheckReport, check_constraint

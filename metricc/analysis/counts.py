@@ -198,11 +198,16 @@ class Analysis:
     @cached_property
     def gradient(self) -> dict[str, sympy.Expr]:
         """``{"TP": d expr/d TP, ...}``, simplified (in one worker call; unsimplified past it)."""
+        return self.gradient_result[0]
+
+    @cached_property
+    def gradient_result(self) -> tuple[dict[str, sympy.Expr], bool]:
+        """``(gradient, simplified)``: ``simplified`` is False where the budget cut it short."""
         try:
-            return bounded(partials, self.expr, seconds=min(4 * SIMPLIFY_SECONDS, remaining()),  # type: ignore[no-any-return]
-                           inline=tame(self.expr))
+            return bounded(partials, self.expr, seconds=min(4 * SIMPLIFY_SECONDS, remaining()),
+                           inline=tame(self.expr)), True
         except BudgetExceeded:  # the plain derivatives, unsimplified
-            return bounded(_plain_partials, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
+            return bounded(_plain_partials, self.expr, seconds=4 * SIMPLIFY_SECONDS), False
 
     @cached_property
     def undefined(self) -> list[sympy.Expr]:
