@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import mpmath
 import sympy
 
 __all__ = ["NODES", "Undecodable", "cache_dir", "cached", "clear_cache", "decode", "disable_cache",
@@ -116,14 +117,16 @@ def _tree(e: Any, numbered: dict[Any, int]) -> list[Any]:
             raise Undecodable("a bound index of its own")
         return ["Dummy", str(numbered[e])]
     if type(e) is sympy.Symbol:
-        return ["Symbol", e.name, dict(sorted(e.assumptions0.items()))]
+        # the assumptions as given (what srepr shows); all derived ones follow from them
+        given = getattr(e, "_assumptions_orig", e.assumptions0)
+        return ["Symbol", e.name, dict(sorted(given.items()))]
     if isinstance(e, sympy.Integer):
         return ["Integer", str(e.p)]
     if isinstance(e, sympy.Rational):
         return ["Rational", str(e.p), str(e.q)]
     if isinstance(e, sympy.Float):  # enough digits for its precision; checked on store
         digits = int(e._prec * 0.30103) + 3
-        return ["Float", sympy.mpmath.libmp.to_str(e._mpf_, digits), str(e._prec)]
+        return ["Float", mpmath.libmp.to_str(e._mpf_, digits), str(e._prec)]
     for name, c in _CONSTANTS.items():
         if e is c:
             return ["Const", name]
