@@ -193,6 +193,20 @@ class Metric(CountsScoring, ConstraintMethods):
                                      own=self.expr)
         return self._check
 
+    def _training_report(self) -> Any:
+        """What the warning of ``loss()`` reads: ``check()``'s report where there is one, else
+        the two moves' verdicts alone (the rest of a check is work no loss needs)."""
+        if self._check is not None or self.constraints:
+            return self.check()
+        from .analysis.budget import limit
+        from .analysis.counts_moves import check_moves
+
+        def moves() -> Any:
+            with limit(), analysis_errors(self.text):  # one budget, as in _run_check
+                return check_moves(self.expr, self._partials(), higher_is_better=self.higher_is_better)
+
+        return cached("moves", self._cache_key(), moves, keep=lambda r: not r.budget_spent)
+
     def _run_check(self) -> Any:
         from .analysis.budget import limit
 
@@ -297,7 +311,8 @@ class Metric(CountsScoring, ConstraintMethods):
     def _warn_monotonicity(self) -> None:
         import warnings
 
-        why = training_warning(self.check(), self.name or self.text.strip(), self.higher_is_better)
+        why = training_warning(self._training_report(), self.name or self.text.strip(),
+                               self.higher_is_better)
         if why is not None:
             warnings.warn(why, MetricWarning, stacklevel=3)
 

@@ -14,6 +14,7 @@ import torch
 import metricc
 import metricc.facade
 from metricc.analysis import cache
+from metricc.library import METRICS
 
 # 2x2 (named, with a root, a custom formula), K x K and curve metrics.
 NAMES = ["f1", "mcc", "cohen_kappa", "(TP+TN)/(TP+2*FP+2*FN+TN)", "quadratic_kappa", "auroc"]
@@ -116,13 +117,14 @@ def test_another_version_misses(cache_in: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(metricc.facade, "check", counting)
     fresh("f1").check()
     assert calls == []  # same version: a hit
-    monkeypatch.setattr(metricc, "__version__", "0.0.0-other")
+    monkeypatch.setattr(cache, "code_version", lambda: "0.0.0-other")  # metricc edited or released
     fresh("f1").check()
     assert calls == [1]  # another version: computed again, stored under its own key
     assert len(set(cache_in.glob("metricc-*.json")) - before) == 2
     monkeypatch.setattr(sympy, "__version__", "0.0")
-    assert cache.entry_key("check", "f1") != cache.entry_key("check", "f1")[:-1] + ["sympy 1"]
-    assert cache.entry_key("check", "f1")[-1] == "sympy 0.0"
+    fresh("f1").check()
+    assert calls == [1, 1]  # another SymPy: a miss too
+    assert cache.entry_key("check", "f1")[-2:] == ["metricc 0.0.0-other", "sympy 0.0"]
 
 
 def test_off_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -179,3 +181,19 @@ def test_trees_round_trip(e: sympy.Expr) -> None:
     data = json.loads(json.dumps(cache.encode(e)))
     back = cache.decode(data)
     assert back == e and sympy.srepr(back) == sympy.srepr(e)
+
+
+# --- the first loss() decides only the two moves, not the whole check() ----------------------
+
+@pytest.mark.parametrize("name", list(METRICS))
+def test_loss_warning_from_the_moves_alone_equals_the_full_check(name: str) -> None:
+    from metricc.analysis.statistics import training_warning
+
+    m = fresh(name)
+    light = m._training_report()
+    assert m._check is None  # the full report was not computed
+    full = m.check()
+    assert light.moves == full.moves and light.depends_on_predictions == full.depends_on_predictions
+    for hib in (True, False):
+        assert light.wrong_way(hib) == full.wrong_way(hib)
+        assert training_warning(light, name, hib) == training_warning(full, name, hib)

@@ -25,8 +25,21 @@ from typing import Any
 import mpmath
 import sympy
 
-__all__ = ["NODES", "Undecodable", "cache_dir", "cached", "clear_cache", "decode", "disable_cache",
-           "dummies", "enable_cache", "encode", "entry_key", "expression_key"]
+__all__ = [
+    "NODES",
+    "Undecodable",
+    "cache_dir",
+    "cached",
+    "clear_cache",
+    "code_version",
+    "decode",
+    "disable_cache",
+    "dummies",
+    "enable_cache",
+    "encode",
+    "entry_key",
+    "expression_key",
+]
 
 #: Bumped when the encoding changes: old entries then miss.
 FORMAT = 1
@@ -181,11 +194,12 @@ def _build(t: Any, bound: list[Any]) -> Any:
 def _reports() -> dict[str, type[Any]]:
     from .counts import Singularity
     from .counts_check import CheckReport, Monotonicity
+    from .counts_moves import MovesReport
     from .curve_check import CurveCheckReport
     from .matrix_check import MatrixCheckReport, MatrixSingularity
 
     return {c.__name__: c for c in (Singularity, CheckReport, Monotonicity, MatrixCheckReport,
-                                    MatrixSingularity, CurveCheckReport)}
+                                    MatrixSingularity, CurveCheckReport, MovesReport)}
 
 
 _REPORTS: dict[str, type[Any]] = {}
@@ -267,11 +281,21 @@ def expression_key(expr: Any) -> str:
         return sympy.srepr(expr)
 
 
+def code_version() -> str:
+    """metricc's version as a digest of its own source files (``__init__.py``, which holds
+    ``__version__``, among them): a release or any edit of a checkout misses old entries."""
+    if not _state.get("code"):
+        root = Path(__file__).resolve().parents[1]
+        digest = hashlib.sha256()
+        for f in sorted(root.rglob("*.py")):
+            digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+        _state["code"] = digest.hexdigest()[:16]
+    return str(_state["code"])
+
+
 def entry_key(kind: str, *parts: Any) -> list[str]:
     """The full key of an entry: ``kind``, ``parts`` as text, the versions that matter."""
-    from .. import __version__
-
-    return [f"format {FORMAT}", kind, *map(str, parts), f"metricc {__version__}",
+    return [f"format {FORMAT}", kind, *map(str, parts), f"metricc {code_version()}",
             f"sympy {sympy.__version__}"]
 
 
