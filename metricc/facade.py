@@ -102,6 +102,7 @@ class Metric(CountsScoring, ConstraintMethods):
         self._kernels_source: str | None = None
         self._loss_class: type[Any] | None = None
         self._check: Any = None
+        self._moves: Any = None  # the verdicts a loss's warning reads, before a whole check()
         #: How to compile this metric again: ``compile``'s arguments (see ``__reduce__``).
         self._spec: tuple[Any, ...] = (
             self.text, tuple(self.parameters.items()), higher_is_better,
@@ -198,6 +199,8 @@ class Metric(CountsScoring, ConstraintMethods):
         the two moves' verdicts alone (the rest of a check is work no loss needs)."""
         if self._check is not None or self.constraints:
             return self.check()
+        if self._moves is not None:
+            return self._moves
         from .analysis.budget import limit
         from .analysis.counts_moves import check_moves
 
@@ -205,7 +208,8 @@ class Metric(CountsScoring, ConstraintMethods):
             with limit(), analysis_errors(self.text):  # one budget, as in _run_check
                 return check_moves(self.expr, self._partials(), higher_is_better=self.higher_is_better)
 
-        return cached("moves", self._cache_key(), moves, keep=lambda r: not r.budget_spent)
+        self._moves = cached("moves", self._cache_key(), moves, keep=lambda r: not r.budget_spent)
+        return self._moves
 
     def _run_check(self) -> Any:
         from .analysis.budget import limit
