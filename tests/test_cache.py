@@ -149,6 +149,8 @@ def test_results_cut_short_are_not_stored(cache_in: Path) -> None:
 @pytest.mark.parametrize("tree", [
     ["__import__", ["Symbol", "os", {}]],  # a node outside the table
     ["Symbol", "x", {"__class__": True}],  # an assumption outside the table
+    ["Symbol", "__import__('os').system('true')", {}],  # names are identifiers only
+    ["Symbol", "lambda", {}],
     ["Integer", "1e9999"],
     ["Float", "1.0", "not a precision"],
     ["Dummy", "0"],  # a bound index with no expression to take it from

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import keyword
 import os
 import tempfile
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +118,16 @@ _ASSUMPTIONS = {"positive", "nonnegative", "negative", "nonpositive", "real", "i
 
 def dummies(own: Any) -> dict[Any, int]:
     """The bound indices (``Dummy``) of ``own``, numbered in order of appearance."""
+    return dict(_numbered(own)) if isinstance(own, sympy.Basic) else {}
+
+
+@lru_cache(maxsize=16)
+def _numbered(own: sympy.Basic) -> tuple[tuple[Any, int], ...]:
     out: dict[Any, int] = {}
-    if isinstance(own, sympy.Basic):
-        for node in sympy.preorder_traversal(own):
-            if isinstance(node, sympy.Dummy) and node not in out:
-                out[node] = len(out)
-    return out
+    for node in sympy.preorder_traversal(own):
+        if isinstance(node, sympy.Dummy) and node not in out:
+            out[node] = len(out)
+    return tuple(out.items())
 
 
 def _tree(e: Any, numbered: dict[Any, int]) -> list[Any]:
@@ -155,7 +161,9 @@ def _build(t: Any, bound: list[Any]) -> Any:
     name, args = t[0], t[1:]
     if name == "Symbol":
         label, assumptions = args
-        if not isinstance(label, str) or not isinstance(assumptions, dict) or not all(
+        # a plain identifier: the sampling in check() prints names into Python source
+        if not isinstance(label, str) or not label.isidentifier() or keyword.iskeyword(label) \
+                or not isinstance(assumptions, dict) or not all(
                 k in _ASSUMPTIONS and isinstance(v, bool) for k, v in assumptions.items()):
             raise Undecodable("bad symbol")
         return sympy.Symbol(label, **assumptions)
@@ -321,9 +329,12 @@ def _store(path: Path, key: list[str], value: Any, own: Any) -> None:
             return
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"key": key, "value": data}, f)
-        os.replace(tmp, path)  # readers see the old entry or the whole new one
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"key": key, "value": data}, f)
+            os.replace(tmp, path)  # readers see the old entry or the whole new one
+        finally:
+            Path(tmp).unlink(missing_ok=True)
     except (OSError, Undecodable, RecursionError):
         pass  # the cache is an optimisation: a failed write leaves the result as computed
 
