@@ -86,6 +86,17 @@ out["cached"] = times[len(times) // 2]
 print(json.dumps(out))
 """
 
+# The warning of a first .loss(): the two moves alone (now) or the whole check() (before),
+# each the first analysis in a fresh process, in-process (no worker) so CPU time sees it all.
+WARNING_CHILD = r"""
+import json, sys, time
+import metricc, torch
+m = metricc.compile(sys.argv[1])
+c0 = time.process_time()
+(m._training_report if sys.argv[2] == "moves" else m.check)()
+print(json.dumps(time.process_time() - c0))
+"""
+
 TORCH_ONLY = "import time; t0 = time.perf_counter(); import torch; print(time.perf_counter() - t0)"
 
 
@@ -100,9 +111,24 @@ def run_child(code: str, *args: str, cache: str | None = None) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def warning_ab(names: list[str], repeats: int) -> None:
+    print("\n| metric | whole check() CPU ms | two moves alone CPU ms | saved |\n|---|---:|---:|---:|")
+    os.environ["METRICC_ANALYSIS_WORKER"] = "0"  # in-process: the CPU time sees all the work
+    try:
+        for name in names:
+            runs: dict[str, list[float]] = {"check": [], "moves": []}
+            for _ in range(repeats):
+                for which in runs:
+                    runs[which].append(float(run_child(WARNING_CHILD, name, which)))
+            full, moves = (statistics.median(runs[k]) * 1e3 for k in ("check", "moves"))
+            print(f"| {name} | {full:.0f} | {moves:.0f} | {1 - moves / full:.0%} |")
+    finally:
+        del os.environ["METRICC_ANALYSIS_WORKER"]
+
+
 def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT))
-    from metricc.library import METRICS
+    from metricc.library import METRICS, lookup
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="fresh processes per metric")
@@ -110,6 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="two metrics, one process each")
     ap.add_argument("--torch-compile", action="store_true",
                     help="also time the first torch.compile'd forward+backward of f1's loss")
+    ap.add_argument("--warning-ab", action="store_true",
+                    help="CPU time of the first .loss()'s warning: the two moves alone vs the "
+                         "whole check() (2 x 2 metrics; fresh processes, interleaved)")
     ap.add_argument("--cache", metavar="DIR",
                     help="time with the disk cache in DIR, warmed first (METRICC_CACHE_DIR)")
     args = ap.parse_args(argv)
@@ -154,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
           f"µs: {'met' if max(cached) < limit_cached else 'NOT met'}")
     print(f"import metricc: {statistics.median(imports) * 1e3:.0f} ms (median of {len(imports)} "
           f"fresh processes); import torch alone: {torch_import * 1e3:.0f} ms")
+    if args.warning_ab:
+        warning_ab([n for n in names if lookup(n) is None or not (lookup(n).matrix or lookup(n).curve)],
+                   repeats)
     if args.torch_compile:
         tc = json.loads(run_child(CHILD, "f1", "--torch-compile", cache=args.cache))
         print(f"torch.compile(f1 loss): first forward+backward {tc['torch_compile']:.1f} s, "

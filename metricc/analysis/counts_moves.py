@@ -5,7 +5,8 @@ The wrong-way warning of ``loss()`` reads only ``depends_on_predictions`` and
 (``FN -> TP``, ``TN -> FP``). :func:`check_moves` decides those alone, with the same
 proofs and sampling as :func:`metricc.analysis.counts_check.check`, and skips what
 nothing in a loss reads (where the metric is undefined, its range, the monotonicity in
-each count): 40 % of a full check for ``mcc`` (``docs/performance.md``, section 4).
+each count): a quarter to a third of the CPU time of a first ``loss()``'s analysis
+(``docs/performance.md``, section 4).
 """
 
 from __future__ import annotations
