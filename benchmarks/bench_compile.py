@@ -22,6 +22,9 @@ Run from a checkout (``--quick`` is the smoke run the tests use)::
   the warning already, or read from the disk cache) and the whole ``m.check()``.
 * ``--cache DIR``: the same with the disk cache (``METRICC_CACHE_DIR=DIR``), warmed first by
   one untimed process per metric; without it the children run with the cache off.
+* ``--warning-ab``: the CPU time of that warning's analysis as it is (the two moves alone)
+  and as it was (the whole ``check()``), each the first analysis in a fresh process,
+  interleaved, for the 2 x 2 metrics of the run.
 * by stage: ``parse`` (the first parse in the process, which builds the Lark parser),
   ``analyse`` (the rest of ``compile``: simplification, range and size checks).
 * ``--torch-compile``: the first ``torch.compile``'d forward and backward of f1's loss in a

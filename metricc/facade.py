@@ -150,7 +150,7 @@ class Metric(CountsScoring, ConstraintMethods):
 
     def _partials(self) -> dict[str, sympy.Expr]:
         if "gradient" not in self.analysis.__dict__:  # not yet computed in this process
-            result = cached("gradient", self._cache_key(), lambda: self.analysis.gradient_result,
+            result = cached("gradient", self._cache_key, lambda: self.analysis.gradient_result,
                             keep=lambda r: r[1])
             self.analysis.__dict__["gradient"] = result[0]  # the cached_property's slot
         return self.analysis.gradient
@@ -189,7 +189,7 @@ class Metric(CountsScoring, ConstraintMethods):
             if self.constraints:  # the constraints' own metrics cache their reports
                 self._check = self._run_check()
             else:  # not a report the time budget cut short: a faster run may prove more
-                self._check = cached("check", self._cache_key(), self._run_check,
+                self._check = cached("check", self._cache_key, self._run_check,
                                      keep=lambda r: not getattr(r, "budget_spent", False),
                                      own=self.expr)
         return self._check
@@ -208,7 +208,7 @@ class Metric(CountsScoring, ConstraintMethods):
             with limit(), analysis_errors(self.text):  # one budget, as in _run_check
                 return check_moves(self.expr, self._partials(), higher_is_better=self.higher_is_better)
 
-        self._moves = cached("moves", self._cache_key(), moves, keep=lambda r: not r.budget_spent)
+        self._moves = cached("moves", self._cache_key, moves, keep=lambda r: not r.budget_spent)
         return self._moves
 
     def _run_check(self) -> Any:

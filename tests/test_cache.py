@@ -139,10 +139,10 @@ def test_off_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
 
 
 def test_results_cut_short_are_not_stored(cache_in: Path) -> None:
-    assert cache.cached("check", ("x",), lambda: (1, 2), keep=lambda r: False) == (1, 2)
+    assert cache.cached("check", lambda: ("x",), lambda: (1, 2), keep=lambda r: False) == (1, 2)
     assert not list(cache_in.iterdir())
-    assert cache.cached("check", ("x",), lambda: (1, 2)) == (1, 2)
-    assert cache.cached("check", ("x",), lambda: pytest.fail("recomputed")) == (1, 2)
+    assert cache.cached("check", lambda: ("x",), lambda: (1, 2)) == (1, 2)
+    assert cache.cached("check", lambda: ("x",), lambda: pytest.fail("recomputed")) == (1, 2)
     assert cache.clear_cache() == 1 and not list(cache_in.glob("metricc-*.json"))
 
 

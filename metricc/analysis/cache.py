@@ -339,17 +339,21 @@ def _store(path: Path, key: list[str], value: Any, own: Any) -> None:
         pass  # the cache is an optimisation: a failed write leaves the result as computed
 
 
-def cached(kind: str, parts: tuple[Any, ...], compute: Callable[[], Any],
+def cached(kind: str, parts: Callable[[], tuple[Any, ...]], compute: Callable[[], Any],
            keep: Callable[[Any], bool] = lambda value: True, own: Any = None) -> Any:
-    """``compute()``, or the entry stored for ``(kind, parts)`` when the cache is on.
+    """``compute()``, or the entry stored for ``(kind, parts())`` when the cache is on.
 
-    A fresh result is stored only if ``keep(result)`` (e.g. not one cut short by the
-    time budget, which a faster run could prove). ``own``: see :func:`encode`.
+    ``parts`` is called only then (the key costs a walk of the expression). A fresh result
+    is stored only if ``keep(result)`` (e.g. not one cut short by the time budget, which a
+    faster run could prove). ``own``: see :func:`encode`.
     """
     folder = cache_dir()
     if folder is None:
         return compute()
-    key = entry_key(kind, *parts)
+    try:
+        key = entry_key(kind, *parts())
+    except (RecursionError, ValueError, TypeError):  # no key for it: not cached
+        return compute()
     path = _path(folder, key)
     hit, value = _load(path, key, own)
     if hit:
