@@ -199,3 +199,17 @@ def test_loss_warning_from_the_moves_alone_equals_the_full_check(name: str) -> N
     for hib in (True, False):
         assert light.wrong_way(hib) == full.wrong_way(hib)
         assert training_warning(light, name, hib) == training_warning(full, name, hib)
+
+
+def test_results_the_time_budget_cut_short_are_not_stored(cache_in: Path) -> None:
+    from metricc.analysis.budget import limit
+
+    m = fresh("mcc")
+    with limit(0.0):  # every simplification and proof gives up at once
+        cut = m.check()
+        assert m.gradient["TP"] != 0
+    assert cut.budget_spent
+    assert not list(cache_in.glob("metricc-*.json"))
+    full = fresh("mcc").check()  # a run with time proves more, and is stored
+    assert not full.budget_spent and full != cut
+    assert {p.name.split("-")[1] for p in cache_in.glob("metricc-*.json")} == {"check", "gradient"}
