@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import sympy
 
+from .analysis.cache import cached, expression_key
 from .analysis.counts import Analysis, analyse
 from .analysis.counts_check import CheckReport, check
 from .analysis.statistics import (
@@ -101,6 +102,7 @@ class Metric(CountsScoring, ConstraintMethods):
         self._kernels_source: str | None = None
         self._loss_class: type[Any] | None = None
         self._check: Any = None
+        self._moves: Any = None  # the verdicts a loss's warning reads, before a whole check()
         #: How to compile this metric again: ``compile``'s arguments (see ``__reduce__``).
         self._spec: tuple[Any, ...] = (
             self.text, tuple(self.parameters.items()), higher_is_better,
@@ -139,7 +141,19 @@ class Metric(CountsScoring, ConstraintMethods):
     def gradient(self) -> dict[str, sympy.Expr]:
         """``{"TP": d metric/d TP, "FP": ..., "FN": ..., "TN": ...}``."""
         with analysis_errors(self.text):  # computed on first use
-            return dict(self.analysis.gradient)
+            return dict(self._partials())
+
+    def _cache_key(self) -> tuple[Any, ...]:
+        """What a derived result depends on, for the opt-in disk cache (:mod:`metricc.analysis.cache`)."""
+        return (self.statistic.name, self.text.strip(), sorted(self.parameters.items()),
+                expression_key(self.expr), self.higher_is_better)
+
+    def _partials(self) -> dict[str, sympy.Expr]:
+        if "gradient" not in self.analysis.__dict__:  # not yet computed in this process
+            result = cached("gradient", self._cache_key, lambda: self.analysis.gradient_result,
+                            keep=lambda r: r[1])
+            self.analysis.__dict__["gradient"] = result[0]  # the cached_property's slot
+        return self.analysis.gradient
 
     @property
     def undefined(self) -> list[sympy.Expr]:
@@ -172,15 +186,37 @@ class Metric(CountsScoring, ConstraintMethods):
         FN + FP + 2*TP = 0  (0/0)
         """
         if self._check is None:
-            self._check = self._run_check()
+            if self.constraints:  # the constraints' own metrics cache their reports
+                self._check = self._run_check()
+            else:  # not a report the time budget cut short: a faster run may prove more
+                self._check = cached("check", self._cache_key, self._run_check,
+                                     keep=lambda r: not getattr(r, "budget_spent", False),
+                                     own=self.expr)
         return self._check
+
+    def _training_report(self) -> Any:
+        """What the warning of ``loss()`` reads: ``check()``'s report where there is one, else
+        the two moves' verdicts alone (the rest of a check is work no loss needs)."""
+        if self._check is not None or self.constraints:
+            return self.check()
+        if self._moves is not None:
+            return self._moves
+        from .analysis.budget import limit
+        from .analysis.counts_moves import check_moves
+
+        def moves() -> Any:
+            with limit(), analysis_errors(self.text):  # one budget, as in _run_check
+                return check_moves(self.expr, self._partials(), higher_is_better=self.higher_is_better)
+
+        self._moves = cached("moves", self._cache_key, moves, keep=lambda r: not r.budget_spent)
+        return self._moves
 
     def _run_check(self) -> Any:
         from .analysis.budget import limit
 
         # One budget for simplifying the partials and for the proofs on them.
         with limit(), analysis_errors(self.text):
-            report: Any = check(self.expr, self.analysis.gradient,
+            report: Any = check(self.expr, self._partials(),
                                 higher_is_better=self.higher_is_better)
         if self.constraints:  # and whether each constraint can be met
             from .constraints import ConstraintsCheckReport, check_constraint
@@ -279,7 +315,8 @@ class Metric(CountsScoring, ConstraintMethods):
     def _warn_monotonicity(self) -> None:
         import warnings
 
-        why = training_warning(self.check(), self.name or self.text.strip(), self.higher_is_better)
+        why = training_warning(self._training_report(), self.name or self.text.strip(),
+                               self.higher_is_better)
         if why is not None:
             warnings.warn(why, MetricWarning, stacklevel=3)
 

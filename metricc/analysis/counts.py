@@ -182,11 +182,21 @@ class Analysis:
     @cached_property
     def gradient(self) -> dict[str, sympy.Expr]:
         """``{"TP": d expr/d TP, ...}``, simplified (in one worker call; unsimplified past it)."""
-        try:
-            return bounded(partials, self.expr, seconds=min(4 * SIMPLIFY_SECONDS, remaining()),  # type: ignore[no-any-return]
-                           inline=tame(self.expr))
-        except BudgetExceeded:  # the plain derivatives, unsimplified
-            return bounded(_plain_partials, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
+        return self.gradient_result[0]
+
+    @cached_property
+    def gradient_result(self) -> tuple[dict[str, sympy.Expr], bool]:
+        """``(gradient, simplified)``: ``simplified`` is False where the budget cut it short."""
+        with limit(remaining()) as budget:  # the same deadline, to see whether a step gave up
+            try:
+                found = bounded(partials, self.expr, seconds=min(4 * SIMPLIFY_SECONDS, remaining()),
+                                inline=tame(self.expr))
+            except BudgetExceeded:
+                found = None
+        if found is not None:
+            return found, not budget.exhausted
+        # the plain derivatives, unsimplified
+        return bounded(_plain_partials, self.expr, seconds=4 * SIMPLIFY_SECONDS), False
 
     @cached_property
     def undefined(self) -> list[sympy.Expr]:

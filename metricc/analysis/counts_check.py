@@ -20,7 +20,7 @@ from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator,
 from .counts import Singularity, partials, singularities
 from .size import MAX_EXPANSION, expansion_size, tame
 
-__all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check"]
+__all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check", "move_directions", "wrong_way"]
 
 #: The verdicts :func:`check` gives for the monotonicity in one count.
 DIRECTIONS = ("increasing", "decreasing", "constant", "mixed", "unknown")
@@ -114,20 +114,8 @@ class CheckReport:
         the reverse when lower is better. ``mixed`` and ``unknown`` are not flagged:
         they may be right in the region that matters.
         """
-        hib = self.higher_is_better if higher_is_better is None else higher_is_better
-        if hib is None:
-            hib = True
-        loss = "1 - metric" if hib else "the metric itself (lower is better)"
-        out: dict[str, str] = {}
-        for key, m in self.moves.items():
-            positive = key == "FN->TP"
-            bad = "decreasing" if positive == hib else "increasing"
-            if m.direction == bad:
-                who, old, new = ("a positive", "an FN", "a TP") if positive else ("a negative", "a TN", "an FP")
-                effect = ("penalises true positives" if positive else "rewards false positives")
-                out[key] = (f"the metric is {bad} as {who}'s score rises ({old} becomes "
-                            f"{new}; {m.method}), so minimising the loss {loss} {effect}")
-        return out
+        return wrong_way(self.moves, self.higher_is_better if higher_is_better is None
+                         else higher_is_better)
 
     def __str__(self) -> str:
         lines = [f"metric: {self.expr}"]
@@ -171,12 +159,28 @@ class CheckReport:
         return "\n".join(lines)
 
 
+def wrong_way(moves: dict[str, Monotonicity], hib: bool | None) -> dict[str, str]:
+    """:meth:`CheckReport.wrong_way` for the verdicts ``moves`` (``None``: higher is better)."""
+    hib = True if hib is None else hib
+    loss = "1 - metric" if hib else "the metric itself (lower is better)"
+    out: dict[str, str] = {}
+    for key, m in moves.items():
+        positive = key == "FN->TP"
+        bad = "decreasing" if positive == hib else "increasing"
+        if m.direction == bad:
+            who, old, new = ("a positive", "an FN", "a TP") if positive else ("a negative", "a TN", "an FP")
+            effect = ("penalises true positives" if positive else "rewards false positives")
+            out[key] = (f"the metric is {bad} as {who}'s score rises ({old} becomes "
+                        f"{new}; {m.method}), so minimising the loss {loss} {effect}")
+    return out
+
+
 #: The feasible moves: name -> (count that grows, count that shrinks).
 MOVES = {"FN->TP": ("TP", "FN"), "TN->FP": ("FP", "TN")}
 _MOVE_TEXT = {"FN->TP": "a positive's score rises", "TN->FP": "a negative's score rises"}
 
 
-def _moves(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
+def move_directions(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
     """The metric's direction along each feasible move: the sign of ``f_TP - f_FN``, ``f_FP - f_TN``."""
     out = {}
     for key, (up, down) in MOVES.items():
@@ -385,7 +389,7 @@ def _findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple
     gradient = partials(expr) if gradient is None else gradient
     undefined, rough = singularities(expr)
     lower, upper, sampled = _bounds(expr)
-    return undefined, rough, _monotonicity(gradient), lower, upper, sampled, _moves(gradient)
+    return undefined, rough, _monotonicity(gradient), lower, upper, sampled, move_directions(gradient)
 
 
 def _sampled_findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple[Any, ...]:

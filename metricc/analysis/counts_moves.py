@@ -1,0 +1,70 @@
+"""The part of ``check()`` that a first ``Metric.loss()`` needs: the two moves' verdicts.
+
+The wrong-way warning of ``loss()`` reads only ``depends_on_predictions`` and
+``wrong_way()``, which depend on the directions along the moves a batch allows
+(``FN -> TP``, ``TN -> FP``). :func:`check_moves` decides those alone, with the same
+proofs and sampling as :func:`metricc.analysis.counts_check.check`, and skips what
+nothing in a loss reads (where the metric is undefined, its range, the monotonicity in
+each count): a quarter to a third of the CPU time of a first ``loss()``'s analysis
+(``docs/performance.md``, section 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from ..errors import MetricError
+from .budget import PROOF_SECONDS, BudgetExceeded, bounded, limit
+from .counts_check import Monotonicity, move_directions, wrong_way
+from .size import tame
+
+__all__ = ["MovesReport", "check_moves"]
+
+
+@dataclass(frozen=True)
+class MovesReport:
+    """What the loss's warning reads of a :class:`~metricc.analysis.counts_check.CheckReport`."""
+
+    moves: dict[str, Monotonicity]
+    higher_is_better: bool | None = None
+    #: As in ``CheckReport``: some proofs ran out of time and those verdicts are sampled.
+    budget_spent: bool = False
+
+    @property
+    def depends_on_predictions(self) -> bool:
+        """False when neither move changes the metric (``P/N``): its loss has zero gradient."""
+        return not self.moves or any(m.direction != "constant" for m in self.moves.values())
+
+    def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
+        """``{move: why}`` for each move along which the metric goes against training."""
+        return wrong_way(self.moves, self.higher_is_better if higher_is_better is None
+                         else higher_is_better)
+
+
+def _sampled_moves(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
+    with limit(0.0):  # every proof gives up at once
+        return move_directions(gradient)
+
+
+def check_moves(expr: sympy.Expr, gradient: dict[str, sympy.Expr], *,
+                higher_is_better: bool | None = None) -> MovesReport:
+    """The verdicts along the two moves of ``expr``, whose partials are ``gradient``.
+
+    >>> import sympy
+    >>> from metricc.analysis.counts import partials
+    >>> f1 = sympy.sympify("2*TP/(2*TP + FP + FN)")
+    >>> check_moves(f1, partials(f1)).moves["TN->FP"]
+    Monotonicity(count='TN->FP', direction='decreasing', method='symbolic')
+    """
+    with limit() as budget:  # as check(): proofs within PROOF_SECONDS, else sampled verdicts
+        try:
+            moves = bounded(move_directions, gradient, inline=tame(expr))
+        except BudgetExceeded:
+            try:
+                moves = bounded(_sampled_moves, gradient, seconds=2 * PROOF_SECONDS)
+            except BudgetExceeded as e:
+                raise MetricError(f"check() could not analyse this formula: {e} "
+                                  "(loss(..., warn_monotonicity=False) skips check())") from None
+    return MovesReport(moves, higher_is_better, budget.exhausted)
