@@ -10,6 +10,7 @@ differences, multiclass class-wise losses likewise, and the kernel's float twin.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,11 +20,12 @@ import sympy
 
 from ..analysis.budget import PROOF_SECONDS, evaluate, evaluator, limit
 from ..analysis.counts import guard
+from ..analysis.size import rename
 from ..errors import MetricError
 from ..language.parse import parse
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
 from .numeric import against_reference, reference_lambdify
-from .proofs import as_printed, run_symbolically, symbolic_equal
+from .proofs import as_printed, run_symbolically, symbolic_equal, undecided_torch
 from .relaxations import class_checks, relaxation_cases, relaxation_checks
 from .report import Check, VerificationReport, finish
 
@@ -49,14 +51,14 @@ class CountsSubject:
 def _symbolic_kernel_checks(metric: CountsSubject, report: VerificationReport, seed: int) -> None:
     tp, fp, fn, tn = COUNTS.values()
     value, g1, g0 = run_symbolically(metric.kernels_source, "metric_and_coefficients",
-                                     tp, fp, fn, tn, EPS)
+                                     tp, fp, fn, tn, EPS, namespace={"torch": undecided_torch()})
     f = guard(metric.expr, EPS)
     # Counts are nonnegative reals: differentiated as such, |TP - FP|' is sign(TP - FP)
     # (over complex symbols it keeps Derivative(re(...)) terms that no evaluator prints).
-    f_nn = f.xreplace(TO_NONNEGATIVE)
+    f_nn = rename(f, TO_NONNEGATIVE)
 
     def d(count: sympy.Symbol) -> sympy.Expr:
-        return sympy.diff(f_nn, TO_NONNEGATIVE[count]).xreplace(FROM_NONNEGATIVE)
+        return rename(sympy.diff(f_nn, TO_NONNEGATIVE[count]), FROM_NONNEGATIVE)
 
     expected = {
         "generated metric_value == guarded metric": (value, f),
@@ -128,8 +130,13 @@ def _reference_loss(metric: CountsSubject, relax: Any, amplifier: float, eps: fl
 
 def _reference_metric(metric: CountsSubject, eps: float) -> Any:
     """SymPy's own ``lambdify`` of the guarded formula, on float64 tensors."""
+    return _guarded_lambdify(metric.expr, eps)
 
-    f = guard(metric.expr, EPS).xreplace({EPS: sympy.Float(eps)})
+
+@functools.lru_cache(maxsize=8)
+def _guarded_lambdify(expr: sympy.Expr, eps: float) -> Any:
+    # Once per formula, not once per relaxation: 0.2 s each for a min() of named metrics.
+    f = guard(expr, EPS).xreplace({EPS: sympy.Float(eps)})
     return reference_lambdify(list(COUNTS.values()), f)
 
 
