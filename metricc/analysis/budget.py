@@ -238,7 +238,7 @@ def float_evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callab
     """``expr`` as a function of ``symbols`` on Python floats (fast, for sampling)."""
     return sympy.lambdify(  # type: ignore[no-any-return]
         list(symbols), expr, modules=[{"_heaviside": _heaviside, **mpmath_functions()}, "math"],
-        printer=_FloatPrinter(_SETTINGS),
+        printer=_FloatPrinter({**_SETTINGS, "order": "none"}),  # as evaluator()
     )
 
 

@@ -50,7 +50,10 @@ def reference_lambdify(symbols: Sequence[sympy.Symbol], expr: sympy.Expr) -> Cal
     """
     return sympy.lambdify(list(symbols), expr, modules=[lambdify_torch(), "math"],  # type: ignore[no-any-return]
                           printer=_ReferencePrinter({"fully_qualified_modules": False, "inline": True,
-                                                     "allow_unknown_functions": True, "user_functions": {}}))
+                                                     "allow_unknown_functions": True, "user_functions": {},
+                                                     # unsorted terms: sorting a 200-term sum for
+                                                     # display was most of the printing time
+                                                     "order": "none"}))
 
 
 def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
