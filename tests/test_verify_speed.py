@@ -20,7 +20,7 @@ from metricc.language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATI
 from metricc.verify.proofs import run_symbolically, symbolic_equal, undecided_torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_hardening import wide_min  # noqa: E402
+from bench_hardening import wide_min
 
 FORMULAS = ["min(mcc, f1, g_mean, cohen_kappa)", wide_min(4), "max(TP, FN)/n + abs(TP - FP)/n",
             "min(precision, recall) * sqrt(TP)"]
