@@ -94,3 +94,35 @@ def test_differences_below_float64_resolution_are_found() -> None:
     ok, how, cex = symbolic_equal(tp / (tp + fp) + sympy.Rational(1, 10**18), tp / (tp + fp))
     assert (ok, how) == (False, "differs") and cex is not None
     assert symbolic_equal(tp / (tp + fp) + 0, 1 - fp / (tp + fp))[0]
+
+
+def test_finite_differences_at_the_first_elements() -> None:
+    """Long kernels are differenced at a few elements: a wrong entry there still fails."""
+    import torch
+
+    from metricc.verify.numeric import finite_difference_check
+
+    x0 = torch.linspace(0.1, 0.9, 24, dtype=torch.float64)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x**3).sum()
+
+    good = 3 * x0**2
+    check = finite_difference_check("cube", fn, x0, good, elements=8)
+    assert check.ok and "first 8 of 24 elements" in check.how
+    bad = good.clone()
+    bad[5] *= 1.01
+    assert not finite_difference_check("cube", fn, x0, bad, elements=8).ok
+    assert finite_difference_check("cube", fn, x0, good).ok
+
+
+def test_long_kernels_are_differenced_at_both_labels() -> None:
+    from bench_hardening import chain
+
+    from metricc.verify.counts import FD_KERNEL_CHARS
+
+    m = metricc.compile(chain(200))
+    assert len(m.kernels_source) > FD_KERNEL_CHARS
+    report = m.verify(raise_on_failure=False)
+    fd = [c for c in report.checks if "finite differences" in c.name and "multiclass" not in c.name]
+    assert report.ok and fd and all("first 8 of 24 elements" in c.how for c in fd)
