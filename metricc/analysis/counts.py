@@ -15,7 +15,7 @@ from ..language.functions import ARGUMENT_GUARDED
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 from .budget import BudgetExceeded, bounded, limit, remaining, spent
-from .size import MAX_EXPANSION, expansion_size, rename, small_enough, tame
+from .size import MAX_EXPANSION, derivative, expansion_size, rename, small_enough, tame
 
 __all__ = [
     "EPS",
@@ -165,8 +165,8 @@ def backward_coefficients(
     are all the backward pass needs (``docs/architecture.md``).
     """
     tp, fp, fn, tn = ((symbols or {}).get(COUNTS[k], COUNTS[k]) for k in _ORDER)
-    g1 = sympy.diff(expr, tp) - sympy.diff(expr, fn)
-    g0 = sympy.diff(expr, fp) - sympy.diff(expr, tn)
+    g1 = derivative(expr, tp) - derivative(expr, fn)
+    g0 = derivative(expr, fp) - derivative(expr, tn)
     return g1, g0
 
 

@@ -6,10 +6,12 @@ Their cost grows with the expanded polynomial, which the tree does not show:
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 
-__all__ = ["MAX_EXPANSION", "MAX_ROOT_DEGREE", "TAME_DEGREE", "TAME_OPS", "TAME_TERMS", "expansion_size",
-           "rename", "small_enough", "tame"]
+__all__ = ["MAX_EXPANSION", "MAX_ROOT_DEGREE", "TAME_DEGREE", "TAME_OPS", "TAME_TERMS", "derivative",
+           "expansion_size", "rename", "small_enough", "tame"]
 
 #: Above this many terms (see :func:`expansion_size`) ``cancel`` and ``factor``
 #: are skipped: their cost grows with the expanded polynomial, and an average
@@ -127,6 +129,19 @@ def rename(expr: sympy.Expr, symbols: dict[sympy.Symbol, sympy.Symbol]) -> sympy
         return out
 
     return go(expr)  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=64)
+def derivative(expr: sympy.Expr, symbol: sympy.Symbol) -> sympy.Expr:
+    """``sympy.diff(expr, symbol)``, remembered: the emitter's backward coefficients and
+    ``verify()``'s expected partials differentiate the same guarded formula, and SymPy's
+    ``diff`` of a 200-term sum over nonnegative symbols takes 1-2 s. (SymPy expressions
+    are immutable, so the answer is the one a second ``diff`` would give.)
+
+    >>> derivative(sympy.sympify("x**3"), sympy.Symbol("x"))
+    3*x**2
+    """
+    return sympy.diff(expr, symbol)
 
 
 def _unevaluated(e: sympy.Basic, args: list[sympy.Basic]) -> sympy.Basic:

@@ -20,7 +20,7 @@ import sympy
 
 from ..analysis.budget import PROOF_SECONDS, evaluate, evaluator, limit
 from ..analysis.counts import guard
-from ..analysis.size import rename
+from ..analysis.size import derivative, rename
 from ..errors import MetricError
 from ..language.parse import parse
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
@@ -62,7 +62,8 @@ def _symbolic_kernel_checks(metric: CountsSubject, report: VerificationReport, s
     f_nn = rename(f, TO_NONNEGATIVE)
 
     def d(count: sympy.Symbol) -> sympy.Expr:
-        return rename(sympy.diff(f_nn, TO_NONNEGATIVE[count]), FROM_NONNEGATIVE)
+        # the emitter's own diff where it differentiated this guarded formula (the same answer)
+        return rename(derivative(f_nn, TO_NONNEGATIVE[count]), FROM_NONNEGATIVE)
 
     expected = {
         "generated metric_value == guarded metric": (value, f),
