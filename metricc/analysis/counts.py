@@ -15,7 +15,7 @@ from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 from .budget import BudgetExceeded, bounded, limit, remaining, spent
 from .guard import guard_node
-from .size import MAX_EXPANSION, expansion_size, small_enough, tame
+from .size import MAX_EXPANSION, derivative, expansion_size, rename, small_enough, tame
 
 __all__ = [
     "EPS",
@@ -57,14 +57,14 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
     """
     # Counts are nonnegative, so e.g. sqrt(TP**2) is TP; SymPy only uses that
     # with positive symbols, swapped in and out here.
-    expr = expr.xreplace(TO_POSITIVE)
+    expr = rename(expr, TO_POSITIVE)
     if spent() or sympy.count_ops(expr) > MAX_OPS:
-        return expr.xreplace(FROM_POSITIVE)
+        return rename(expr, FROM_POSITIVE)
     try:
         best = bounded(_rewrite, expr, seconds=min(SIMPLIFY_SECONDS, remaining()), inline=tame(expr))
     except BudgetExceeded:  # a single cancel() that runs away: keep the unsimplified form
         best = expr
-    return best.xreplace(FROM_POSITIVE)
+    return rename(best, FROM_POSITIVE)
 
 
 def _rewrite(expr: sympy.Expr) -> sympy.Expr:
@@ -82,9 +82,9 @@ def _rewrite(expr: sympy.Expr) -> sympy.Expr:
 
 def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
     """``{"TP": d expr/d TP, ...}``, simplified; zero for counts it does not use."""
-    real = expr.xreplace(TO_NONNEGATIVE)
+    real = rename(expr, TO_NONNEGATIVE)
     out = {
-        k: simplify(sympy.diff(real, TO_NONNEGATIVE[s]).xreplace(FROM_NONNEGATIVE))
+        k: simplify(rename(sympy.diff(real, TO_NONNEGATIVE[s]), FROM_NONNEGATIVE))
         if s in expr.free_symbols else sympy.Integer(0)
         for k, s in COUNTS.items()
     }
@@ -149,8 +149,8 @@ def backward_coefficients(
     are all the backward pass needs (``docs/architecture.md``).
     """
     tp, fp, fn, tn = ((symbols or {}).get(COUNTS[k], COUNTS[k]) for k in _ORDER)
-    g1 = sympy.diff(expr, tp) - sympy.diff(expr, fn)
-    g0 = sympy.diff(expr, fp) - sympy.diff(expr, tn)
+    g1 = derivative(expr, tp) - derivative(expr, fn)
+    g0 = derivative(expr, fp) - derivative(expr, tn)
     return g1, g0
 
 

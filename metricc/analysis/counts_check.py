@@ -18,7 +18,7 @@ from ..errors import MetricError
 from ..language.symbols import COUNTS, TO_POSITIVE
 from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit, spent
 from .counts import Singularity, partials, singularities
-from .size import MAX_EXPANSION, expansion_size, tame
+from .size import MAX_EXPANSION, expansion_size, rename, tame
 
 __all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check", "move_directions", "wrong_way"]
 
@@ -191,7 +191,7 @@ def move_directions(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
 
 
 def positive_form(e: sympy.Expr) -> sympy.Expr:
-    return e.xreplace(TO_POSITIVE)
+    return rename(e, TO_POSITIVE)
 
 
 def proven_sign(e: sympy.Expr, depth: int = 0) -> int | None:

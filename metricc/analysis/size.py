@@ -6,11 +6,12 @@ Their cost grows with the expanded polynomial, which the tree does not show:
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 
-__all__ = ["MAX_EXPANSION", "MAX_ROOT_DEGREE", "TAME_DEGREE", "TAME_OPS", "TAME_TERMS", "expansion_size",
-           "small_enough",
-           "tame"]
+__all__ = ["MAX_EXPANSION", "MAX_ROOT_DEGREE", "TAME_DEGREE", "TAME_OPS", "TAME_TERMS", "derivative",
+           "expansion_size", "rename", "small_enough", "tame"]
 
 #: Above this many terms (see :func:`expansion_size`) ``cancel`` and ``factor``
 #: are skipped: their cost grows with the expanded polynomial, and an average
@@ -84,3 +85,67 @@ def tame(expr: sympy.Expr) -> bool:
         if not (p.exp.is_Rational and max(abs(p.exp.p), p.exp.q) <= TAME_DEGREE):
             return False
     return expansion_size(expr) <= TAME_TERMS
+
+
+def rename(expr: sympy.Expr, symbols: dict[sympy.Symbol, sympy.Symbol]) -> sympy.Expr:
+    """``expr.xreplace(symbols)`` for a symbol-for-symbol map, without re-deciding ``min``/``max``.
+
+    ``xreplace`` rebuilds every ``Min``/``Max`` node, and SymPy then compares its arguments
+    pairwise again (``factor_terms`` of each difference): 0.5 s for one partial of
+    ``min(mcc, f1, g_mean, cohen_kappa)``, paid at every swap between plain and positive
+    counts. Their arguments are only renamed, so the node is rebuilt unevaluated (still
+    ordered and deduplicated); every other node is rebuilt as ``xreplace`` does, so
+    ``Abs``, ``sign`` and ``Heaviside`` still use the new symbols' assumptions. A comparison
+    the new assumptions alone decide (``Min(TP, 0)`` over positive ``TP``) stays unresolved,
+    which changes no value.
+
+    >>> x, p = sympy.Symbol("x"), sympy.Symbol("p", positive=True)
+    >>> rename(sympy.Min(x, 1 / x) + abs(x), {x: p})
+    p + Min(1/p, p)
+    """
+    if not expr.has(sympy.Min, sympy.Max):
+        return expr.xreplace(symbols)
+    # Symbols without assumptions decide nothing the old ones did not: no node around a
+    # min() can simplify further (its sign() or Heaviside() queries are the slow part).
+    plain = all(s == sympy.Symbol(s.name) for s in symbols.values())
+    done: dict[sympy.Basic, sympy.Basic] = {}
+
+    def go(e: sympy.Basic) -> sympy.Basic:
+        if e in done:
+            return done[e]
+        if not isinstance(e, (sympy.Min, sympy.Max)) and not e.has(sympy.Min, sympy.Max):
+            out = e.xreplace(symbols)
+        else:
+            args = []
+            for a in e.args:  # a loop, not a comprehension: one frame per level of nesting
+                args.append(go(a))
+            if all(a is b for a, b in zip(args, e.args, strict=True)):
+                out = e
+            elif isinstance(e, (sympy.Min, sympy.Max)) or plain:
+                out = _unevaluated(e, args)
+            else:
+                out = e.func(*args)
+        done[e] = out
+        return out
+
+    return go(expr)  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=64)
+def derivative(expr: sympy.Expr, symbol: sympy.Symbol) -> sympy.Expr:
+    """``sympy.diff(expr, symbol)``, remembered: the emitter's backward coefficients and
+    ``verify()``'s expected partials differentiate the same guarded formula, and SymPy's
+    ``diff`` of a 200-term sum over nonnegative symbols takes 1-2 s. (SymPy expressions
+    are immutable, so the answer is the one a second ``diff`` would give.)
+
+    >>> derivative(sympy.sympify("x**3"), sympy.Symbol("x"))
+    3*x**2
+    """
+    return sympy.diff(expr, symbol)
+
+
+def _unevaluated(e: sympy.Basic, args: list[sympy.Basic]) -> sympy.Basic:
+    try:
+        return e.func(*args, evaluate=False)
+    except TypeError:  # a node without the keyword (Piecewise's pairs, Tuple)
+        return e.func(*args)

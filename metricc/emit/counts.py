@@ -15,6 +15,7 @@ import textwrap
 import sympy
 
 from ..analysis.counts import backward_coefficients, guard
+from ..analysis.size import rename
 from ..errors import MetricError
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
@@ -72,10 +73,9 @@ def emit_kernels(expr: sympy.Expr) -> str:
     def metric_value(TP, FP, FN, TN, eps):
     """
     # Differentiate with nonnegative counts, so |x|' is sign(x), not re/im terms.
-    guarded = guard(expr.xreplace(TO_NONNEGATIVE), EPS)
-    g1, g0 = (g.xreplace(FROM_NONNEGATIVE) for g in backward_coefficients(guarded,
-                                                                          TO_NONNEGATIVE))
-    guarded = guarded.xreplace(FROM_NONNEGATIVE)
+    guarded = guard(rename(expr, TO_NONNEGATIVE), EPS)
+    g1, g0 = (rename(g, FROM_NONNEGATIVE) for g in backward_coefficients(guarded, TO_NONNEGATIVE))
+    guarded = rename(guarded, FROM_NONNEGATIVE)
     value = _function(KERNEL_NAMES[0], "The metric, guarded by eps.", [("value", guarded)])
     both = _function(
         KERNEL_NAMES[1],

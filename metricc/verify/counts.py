@@ -10,6 +10,7 @@ differences, multiclass class-wise losses likewise, and the kernel's float twin.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,15 +20,20 @@ import sympy
 
 from ..analysis.budget import PROOF_SECONDS, evaluate, evaluator, limit
 from ..analysis.counts import guard
+from ..analysis.size import derivative, rename
 from ..errors import MetricError
 from ..language.parse import parse
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
 from .numeric import against_reference, reference_lambdify
-from .proofs import as_printed, run_symbolically, symbolic_equal
+from .proofs import as_printed, run_symbolically, symbolic_equal, undecided_torch
 from .relaxations import class_checks, relaxation_cases, relaxation_checks
 from .report import Check, VerificationReport, finish
 
 __all__ = ["Check", "CountsSubject", "VerificationReport", "symbolic_equal", "verify", "verify_counts"]
+
+#: Generated kernels longer than this (characters) are finite-differenced at FD_ELEMENTS elements.
+FD_KERNEL_CHARS = 4000
+FD_ELEMENTS = 8
 
 
 @dataclass(frozen=True)
@@ -49,14 +55,15 @@ class CountsSubject:
 def _symbolic_kernel_checks(metric: CountsSubject, report: VerificationReport, seed: int) -> None:
     tp, fp, fn, tn = COUNTS.values()
     value, g1, g0 = run_symbolically(metric.kernels_source, "metric_and_coefficients",
-                                     tp, fp, fn, tn, EPS)
+                                     tp, fp, fn, tn, EPS, namespace={"torch": undecided_torch()})
     f = guard(metric.expr, EPS)
     # Counts are nonnegative reals: differentiated as such, |TP - FP|' is sign(TP - FP)
     # (over complex symbols it keeps Derivative(re(...)) terms that no evaluator prints).
-    f_nn = f.xreplace(TO_NONNEGATIVE)
+    f_nn = rename(f, TO_NONNEGATIVE)
 
     def d(count: sympy.Symbol) -> sympy.Expr:
-        return sympy.diff(f_nn, TO_NONNEGATIVE[count]).xreplace(FROM_NONNEGATIVE)
+        # the emitter's own diff where it differentiated this guarded formula (the same answer)
+        return rename(derivative(f_nn, TO_NONNEGATIVE[count]), FROM_NONNEGATIVE)
 
     expected = {
         "generated metric_value == guarded metric": (value, f),
@@ -128,8 +135,13 @@ def _reference_loss(metric: CountsSubject, relax: Any, amplifier: float, eps: fl
 
 def _reference_metric(metric: CountsSubject, eps: float) -> Any:
     """SymPy's own ``lambdify`` of the guarded formula, on float64 tensors."""
+    return _guarded_lambdify(metric.expr, eps)
 
-    f = guard(metric.expr, EPS).xreplace({EPS: sympy.Float(eps)})
+
+@functools.lru_cache(maxsize=8)
+def _guarded_lambdify(expr: sympy.Expr, eps: float) -> Any:
+    # Once per formula, not once per relaxation: 0.2 s each for a min() of named metrics.
+    f = guard(expr, EPS).xreplace({EPS: sympy.Float(eps)})
     return reference_lambdify(list(COUNTS.values()), f)
 
 
@@ -150,6 +162,10 @@ def _numeric_checks(metric: CountsSubject, report: VerificationReport, seed: int
             cases.setdefault(name, (r, from_logits))
     from ..runtime.relax import bound_relaxation
 
+    # Every element's gradient is g1 or g0 of the same counts times its relaxation's slope:
+    # a long kernel (a 200-line binding chain: 1 s of loss evaluations) is differenced at
+    # the first FD_ELEMENTS elements, both labels among them; all are compared with autograd.
+    elements = FD_ELEMENTS if len(metric.kernels_source) > FD_KERNEL_CHARS else None
     for relaxation, (_, from_logits) in cases.items():
         against_reference(
             report, f"{relaxation}/{{backward}}",
@@ -158,7 +174,7 @@ def _numeric_checks(metric: CountsSubject, report: VerificationReport, seed: int
             logits if from_logits else probs, y,
             _reference_loss(metric, bound_relaxation(relaxation, from_logits, {"amplifier": amplifier}).value,
                             amplifier, eps, from_logits),
-            f"float64, {size} elements")
+            f"float64, {size} elements", elements=elements)
 
 
 def _host_twin_check(metric: CountsSubject, report: VerificationReport, seed: int,

@@ -14,13 +14,13 @@ from typing import Any
 
 import sympy
 
-from ..analysis.budget import BudgetExceeded, bounded, evaluate, evaluator, spent
-from ..analysis.size import small_enough, tame
+from ..analysis.budget import BudgetExceeded, bounded, evaluate_difference, evaluator, spent
+from ..analysis.size import rename, small_enough, tame
 from ..language.functions import TORCH_CALLS, sympy_torch
 from ..language.symbols import TO_POSITIVE
 
 __all__ = ["ExactNumbers", "as_printed", "equal_at_points", "run_symbolically", "symbolic_equal",
-           "vectorized_torch", "working_digits"]
+           "undecided_torch", "vectorized_torch", "working_digits"]
 
 #: Above this size (sympy.count_ops) of a difference no symbolic proof is tried.
 MAX_PROOF_OPS = 600
@@ -84,6 +84,44 @@ def run_symbolically(source: str, fn: str, *args: Any, namespace: dict[str, Any]
     return scope[fn](*args)
 
 
+def _undecided(cls: type[sympy.Expr]) -> Any:
+    """``cls(*args)`` flattened and deduplicated but not compared pairwise (numbers still are)."""
+
+    def build(*args: Any) -> sympy.Expr:
+        flat: list[sympy.Expr] = []
+        for a in map(sympy.sympify, args):
+            flat.extend(a.args if isinstance(a, cls) else (a,))
+        if all(a.is_number for a in flat):
+            return cls(*flat)
+        return cls(*flat, evaluate=False)
+
+    return build
+
+
+def undecided_torch() -> Any:
+    """:func:`sympy_torch` whose ``minimum``/``maximum``/``clamp`` build ``Min``/``Max`` without
+    deciding which argument is smaller.
+
+    SymPy compares the arguments of every new ``Min`` pairwise (``factor_terms`` of each
+    difference): 7 s to run the kernels of ``min(mcc, f1, g_mean, cohen_kappa)``. The kernels
+    come from evaluated expressions, so no pair is decidable there anyway, and an undecided
+    ``Min`` has the same value at every point.
+
+    >>> x = sympy.Symbol("x")
+    >>> undecided_torch().clamp(undecided_torch().minimum(x, x + 1), min=0)
+    Max(0, Min(x, x + 1))
+    """
+    import types
+
+    lo, hi = _undecided(sympy.Min), _undecided(sympy.Max)
+
+    def clamp(x: Any, min: Any = None, max: Any = None) -> Any:
+        x = x if min is None else hi(x, sympy.nsimplify(min))
+        return x if max is None else lo(x, sympy.nsimplify(max))
+
+    return types.SimpleNamespace(**{**vars(sympy_torch()), "minimum": lo, "maximum": hi, "clamp": clamp})
+
+
 def vectorized_torch() -> Any:
     """The SymPy stand-ins of :data:`TORCH_CALLS`, elementwise on numpy object arrays."""
     import types
@@ -109,14 +147,24 @@ def working_digits(*exprs: sympy.Expr) -> int:
     only at 150+ digits, and ``1 - 1e150*TP/(1e150*TP + FP)`` cancels to it.
 
     >>> working_digits(sympy.Integer(10)**150 * sympy.Symbol("x"))
-    180
+    181
     """
     span = 0
     for e in exprs:
         for n in e.atoms(sympy.Number):
             if n != 0 and n.is_finite:
-                span = max(span, abs(int(sympy.floor(sympy.log(abs(n), 10).evalf(5)))))
+                span = max(span, _decades(n))
     return 30 + min(span, 1000)
+
+
+def _decades(n: sympy.Number) -> int:
+    """``|floor(log10|n|)|``, or one more (never less): in mpmath, as SymPy's ``log(n, 10)``
+    took 0.5 s for the 200 constants of a binding chain."""
+    import mpmath
+
+    with mpmath.workdps(15):
+        e = int(mpmath.floor(mpmath.log10(abs(mpmath.mpmathify(n.evalf(20))))))
+    return max(abs(e - 1), abs(e), abs(e + 1))
 
 
 def _differs(a: complex | None, b: complex | None, diff: complex | None) -> bool:
@@ -142,17 +190,19 @@ def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
     >>> symbolic_equal(1e-25 * tp, 2e-25 * tp)[:2]
     (False, 'differs')
     """
-    base, other = a.xreplace(TO_POSITIVE), b.xreplace(TO_POSITIVE)
+    base, other = rename(a, TO_POSITIVE), rename(b, TO_POSITIVE)
     diff = base - other
     symbols = sorted(diff.free_symbols | base.free_symbols | other.free_symbols,
                      key=lambda s: s.name)
     rng = random.Random(seed)
-    f_diff, f_a, f_b = (evaluator(e, symbols) for e in (diff, base, other))
+    # Two evaluators, not three: the difference is taken at the working precision, as exact
+    # as evaluating a - b (lambdify's printing was most of the cost of a comparison).
+    f_a, f_b = (evaluator(e, symbols) for e in (base, other))
     digits = working_digits(base, other)
     for _ in range(points):
         at = _random_point(rng, symbols)
         pt = [at[s] for s in symbols]
-        if _differs(*(evaluate(f, pt, digits) for f in (f_a, f_b, f_diff))):
+        if _differs(*evaluate_difference(f_a, f_b, pt, digits)):
             return False, "differs", {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
     sampled = f"equal at {points} random points to 30 digits"
     ops = sympy.count_ops(diff)
@@ -198,11 +248,11 @@ def equal_at_points(a: sympy.Expr, b: sympy.Expr, seed: int, prove: bool, points
         return symbolic_equal(a, b, seed)
     symbols = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
     rng = random.Random(seed)
-    f_diff, f_a, f_b = (evaluator(e, symbols) for e in (a - b, a, b))
+    f_a, f_b = (evaluator(e, symbols) for e in (a, b))
     digits = working_digits(a, b)
     for _ in range(points):
         at = _random_point(rng, symbols)
         pt = [at[s] for s in symbols]
-        if _differs(*(evaluate(f, pt, digits) for f in (f_a, f_b, f_diff))):
+        if _differs(*evaluate_difference(f_a, f_b, pt, digits)):
             return False, "differs", {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
     return True, f"equal at {points} random exact points", None

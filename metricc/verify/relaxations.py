@@ -56,11 +56,14 @@ def relaxation_checks(report: VerificationReport) -> None:
         args = (type(r)(**{o: sympy.Symbol(o, real=True) for o in r.options}), s, from_logits)
         a = run_symbolically(src, "value", *args)
         da = run_symbolically(src, "derivative", *args)
-        diff = sympy.simplify(sympy.diff(a, s) - da)
+        diff = sympy.diff(a, s) - da
+        # cancel() proves most (rational in s and exp(s)) in a tenth of simplify()'s time.
+        proof = "cancel" if sympy.cancel(diff) == 0 else "simplify"
+        diff = sympy.simplify(diff) if proof == "simplify" else sympy.Integer(0)
         ok = diff == 0
         report.checks.append(Check(
             f"relax_grad == d relax/ds ({relaxation}, from_logits={from_logits})", ok,
-            "proved equal (simplify)" if ok else f"difference {diff}",
+            f"proved equal ({proof})" if ok else f"difference {diff}",
         ))
 
 
