@@ -77,6 +77,16 @@ def test_at_a_backwards_state_the_default_gradient_pushes_most_positives_down(lo
     assert metricc.compile("precision_at_recall", min_recall=TARGET).check().moves["FN->TP"] == "mixed"
 
 
+def test_a_wider_smooth_max_does_not_remove_the_push_down_on_this_batch() -> None:
+    """tau = 0.1 (which trained no backwards model on wisconsin) only widens the range of
+    precisions that train the right way; here most positives are still pushed down."""
+    wide = metricc.compile("precision_at_recall", min_recall=TARGET).loss(
+        from_logits=True, tau=0.1, tau_gate=0.01)
+    z, y = backwards_batch()
+    _, g = grad(wide, z, y)
+    assert float((g[y == 1] > 0).double().mean()) > 0.7
+
+
 def test_the_push_down_comes_from_the_smooth_mean_not_from_the_gate() -> None:
     """With the gate's feasible set fixed (recall detached), the softmax-weighted mean alone
     still rewards lowering the precision at thresholds more than tau below the mean."""
