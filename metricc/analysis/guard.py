@@ -43,6 +43,6 @@ def guard_node(e: sympy.Expr, args: list[sympy.Expr], eps: sympy.Expr,
         if exp.is_negative or not exp.is_integer:
             return sympy.Pow(base + eps, exp)
         return sympy.Pow(base, exp)
-    if isinstance(e, ARGUMENT_GUARDED):  # log(x) -> log(x + eps)
+    if any(isinstance(e, g) for g in ARGUMENT_GUARDED):  # log(x) -> log(x + eps)
         return e.func(args[0] + eps)
     return e.func(*args)
