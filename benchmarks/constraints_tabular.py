@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,29 @@ def train(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
     return train_models(X, y, parts, cfg, specs)
 
 
+def standardised(X: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]]) -> torch.Tensor:
+    """``(F, n, d)`` float32: every sample scaled by the mean and deviation of fold ``f``'s
+    training part."""
+    xs = []
+    for fit, _, _ in parts:
+        mean, std = X[fit].mean(0), X[fit].std(0)
+        std[std == 0] = 1.0
+        xs.append((X - mean) / std)
+    return torch.as_tensor(np.stack(xs), dtype=torch.float32)
+
+
+def epoch_batches(parts: Sequence[tuple[np.ndarray, ...]], cfg: Config
+                  ) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Per epoch, the minibatches ``(idx (F, S, B), weights)`` of every (fold, seed) model:
+    the batch order depends on (seed, fold) only, so every loss sees the same batches."""
+    n_batches = max(1, round(1 / cfg.batch_fraction))
+    rngs = [[np.random.default_rng([s, f]) for s in cfg.seeds] for f in range(len(parts))]
+    for _ in range(cfg.epochs):
+        chunks = [[np.array_split(r.permutation(parts[f][0]), n_batches) for r in rngs[f]]
+                  for f in range(len(parts))]
+        yield [minibatch(chunks, k, torch.float32) for k in range(n_batches)]
+
+
 def train_models(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
                  cfg: Config, losses: Sequence[LossSpec],
                  on_epoch: Callable[[int, Sequence[LossSpec]], None] | None = None) -> np.ndarray:
@@ -122,23 +145,13 @@ def train_models(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray,
     ``benchmarks/constrained_defaults.py``.
     """
     n_folds = len(parts)
-    xs = []
-    for fit, _, _ in parts:
-        mean, std = X[fit].mean(0), X[fit].std(0)
-        std[std == 0] = 1.0
-        xs.append((X - mean) / std)
-    xall = torch.as_tensor(np.stack(xs), dtype=torch.float32)
+    xall = standardised(X, parts)
     yall = torch.as_tensor(y, dtype=torch.float32)
     net = BatchedMLP(X.shape[1], cfg.hidden, len(losses), n_folds, cfg.seeds)
     opt = torch.optim.Adam(net.params, lr=cfg.lr)
-    n_batches = max(1, round(1 / cfg.batch_fraction))
-    rngs = [[np.random.default_rng([s, f]) for s in cfg.seeds] for f in range(n_folds)]
     fold_ix = torch.arange(n_folds).view(-1, 1, 1)
-    for epoch in range(cfg.epochs):
-        chunks = [[np.array_split(r.permutation(parts[f][0]), n_batches) for r in rngs[f]]
-                  for f in range(n_folds)]
-        for k in range(n_batches):
-            idx_t, w = minibatch(chunks, k, torch.float32)
+    for epoch, batches in enumerate(epoch_batches(parts, cfg)):
+        for idx_t, w in batches:
             size = idx_t.shape[-1]
             logits = net(xall[fold_ix, idx_t], w)  # (L, F, S, B)
             yb = yall[idx_t]

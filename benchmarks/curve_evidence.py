@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import constraints_tabular as ct  # noqa: E402  (puts examples/ on the path)
 import operating_points as op  # noqa: E402
-from imbalanced_tabular import DATASETS, DEV_DATASETS, BatchedMLP, minibatch  # noqa: E402
+from imbalanced_tabular import DATASETS, DEV_DATASETS, BatchedMLP  # noqa: E402
 
 import metricc  # noqa: E402
 
@@ -260,22 +260,12 @@ def train(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
     initial weights per seed, batch order per (seed, fold)), each method with its own
     optimiser."""
     cfg = s.config()
-    xs = []
-    for fit, _, _ in parts:
-        mean, std = X[fit].mean(0), X[fit].std(0)
-        std[std == 0] = 1.0
-        xs.append((X - mean) / std)
-    xall = torch.as_tensor(np.stack(xs), dtype=torch.float32)
+    xall = ct.standardised(X, parts)
     yall = torch.as_tensor(y, dtype=torch.float32)
     units = [u for m in methods for u in units_of(m, X.shape[1], pos_weight, s)]
-    n_batches = max(1, round(1 / cfg.batch_fraction))
-    rngs = [[np.random.default_rng([sd, f]) for sd in cfg.seeds] for f in range(cfg.folds)]
     fold_ix = torch.arange(cfg.folds).view(-1, 1, 1)
-    for epoch in range(cfg.epochs):
-        chunks = [[np.array_split(r.permutation(parts[f][0]), n_batches) for r in rngs[f]]
-                  for f in range(cfg.folds)]
-        for k in range(n_batches):
-            idx_t, w = minibatch(chunks, k, torch.float32)
+    for epoch, batches in enumerate(ct.epoch_batches(parts, cfg)):
+        for idx_t, w in batches:
             for u in units:
                 idx, wu = idx_t[u.folds, u.seeds], w[u.folds, u.seeds]
                 logits = u.net(xall[fold_ix[u.folds], idx], wu)[0]  # (F', S', B)
