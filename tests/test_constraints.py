@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import math
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from script_loader import load_script
 from sklearn.metrics import precision_score, recall_score
 
 import metricc
@@ -378,12 +377,7 @@ def test_standalone_files_refuse_constraints_rather_than_drop_them() -> None:
 def test_benchmark_smoke_run(tmp_path: Path) -> None:
     """The evidence script end to end on one set for a few epochs (the recorded run is
     ``python benchmarks/constraints_tabular.py``)."""
-    spec = importlib.util.spec_from_file_location(
-        "constraints_tabular", Path(__file__).resolve().parents[1] / "benchmarks"
-        / "constraints_tabular.py")
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench  # dataclasses look their module up there
-    spec.loader.exec_module(bench)
+    bench = load_script(Path("benchmarks/constraints_tabular.py"))
     assert bench.main(["--quick", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "constraints_summary.json").read_text())
     assert {(s["target"], s["method"]) for s in summary} == {

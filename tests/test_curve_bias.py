@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import torch
+from script_loader import load_script
 
 
 def test_quick_bias_table(capsys) -> None:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "curve_bias.py"
-    spec = importlib.util.spec_from_file_location("curve_bias", path)
-    bias = importlib.util.module_from_spec(spec)
     threads = torch.get_num_threads()
     try:
-        spec.loader.exec_module(bias)
+        bias = load_script(Path("benchmarks/curve_bias.py"))
         assert bias.main(["--quick", "--markdown"]) == 0
     finally:
         torch.set_num_threads(threads)

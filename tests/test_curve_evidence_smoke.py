@@ -7,27 +7,17 @@ writes into pytest's temporary folder. Reproduce: ``pytest tests/test_curve_evid
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("curve_evidence",
-                                                  ROOT / "benchmarks" / "curve_evidence.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up while being built
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ce = _module()
+ce = load_script(ROOT / "benchmarks" / "curve_evidence.py")
 
 
 def test_pairwise_loss_is_the_mean_logistic_loss_over_positive_negative_pairs() -> None:

@@ -15,18 +15,16 @@ user multiplies by nothing.
 from __future__ import annotations
 
 import functools
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 from ddp_launch import rank_logs, run_ranks
+from script_loader import load_script
 
 WORKER = Path(__file__).with_name("curve_loss_ddp_worker.py")
-_spec = importlib.util.spec_from_file_location("metricc_curve_loss_ddp_worker", WORKER)
-worker = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(worker)
+worker = load_script(WORKER, "metricc_curve_loss_ddp_worker")
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch built without the gloo backend")

@@ -8,7 +8,6 @@ pickling, torch.compile), check(), verify(), standalone files and the CLI.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import pickle
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 import sympy
 import torch
+from script_loader import load_script
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
 import metricc
@@ -336,12 +336,6 @@ def test_verify_catches_a_wrong_gradient() -> None:
 
 # --- 6. standalone files and the CLI -----------------------------------------------------------------------
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_standalone_file_imports_only_torch_and_equals_the_loss(tmp_path: Path) -> None:
     assert [n for n, _ in SOURCES].index("metricc.runtime.curve_loss") == \
@@ -354,7 +348,7 @@ def test_standalone_file_imports_only_torch_and_equals_the_loss(tmp_path: Path) 
     assert "torch" in imports and imports - {"torch"} <= set(sys.stdlib_module_names), imports
     path = tmp_path / "pauc.py"
     path.write_text(src)
-    mod = _load(path, "pauc_standalone")
+    mod = load_script(path, "pauc_standalone")
     g = torch.Generator().manual_seed(4)
     x, y = torch.randn(80, generator=g, dtype=F64, requires_grad=True), (torch.rand(80, generator=g) < 0.3).to(F64)
     a = mod.PartialAurocLoss()(x, y)

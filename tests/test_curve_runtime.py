@@ -7,7 +7,6 @@ lets autograd differentiate it: an independent implementation of the same defini
 
 from __future__ import annotations
 
-import importlib.util
 import pickle
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch.distributed as dist
 from ddp_launch import rank_logs, run_ranks
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from script_loader import load_script
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from metricc.errors import MetricError
@@ -293,9 +293,7 @@ def test_bad_input_raises_metric_error(call, match) -> None:
 
 
 WORKER = Path(__file__).with_name("curve_ddp_worker.py")
-_spec = importlib.util.spec_from_file_location("metricc_curve_ddp_worker", WORKER)
-worker = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(worker)
+worker = load_script(WORKER, "metricc_curve_ddp_worker")
 
 
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
@@ -324,12 +322,9 @@ def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path_factory)
 
 def test_benchmark_smoke_run(capsys) -> None:
     """``benchmarks/bench_curve.py --smoke`` end to end (the recorded run drops ``--smoke``)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_curve.py"
-    spec = importlib.util.spec_from_file_location("bench_curve", path)
-    bench = importlib.util.module_from_spec(spec)
     threads = torch.get_num_threads()
     try:
-        spec.loader.exec_module(bench)
+        bench = load_script(Path("benchmarks/bench_curve.py"))
         assert bench.main(["--smoke"]) == 0
     finally:
         torch.set_num_threads(threads)

@@ -9,7 +9,6 @@ float64, to ``1e-12``.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torchmetrics.classification as tmc
 from ddp_launch import rank_logs, run_ranks
+from script_loader import load_script
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from metricc.errors import MetricError, MetricWarning
@@ -183,9 +183,7 @@ WORKER = Path(__file__).with_name("curve_stateful_ddp_worker.py")
 
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
 def test_two_ranks_equal_one_process_on_all_shards(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("metricc_curve_stateful_ddp_worker", WORKER)
-    worker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(worker)
+    worker = load_script(WORKER, "metricc_curve_stateful_ddp_worker")
     runs, folder = run_ranks(WORKER, 2, lambda: tmp_path)
     assert all(r.returncode == 0 for r in runs), rank_logs(runs)
     reference = worker.run(2, [0, 1])

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import sympy
 import torch
+from script_loader import load_script
 
 import metricc
 from metricc.language.limits import MAX_ARGS, MAX_CALL_NESTING, MAX_TOKENS
@@ -433,11 +434,6 @@ def test_target_gets_no_gradient(backward: str) -> None:
 
 
 def test_bench_hardening_smoke() -> None:
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_hardening.py"
-    spec = importlib.util.spec_from_file_location("bench_hardening", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(Path("benchmarks/bench_hardening.py"))
     assert "s CPU" in bench.run_one("TP/(TP+FP)")
     assert "refused" in bench.run_one(bench.CASES["min of 400 args"])

@@ -7,27 +7,17 @@ writes into pytest's temporary folder. Reproduce: ``pytest tests/test_operating_
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("operating_points",
-                                                  ROOT / "benchmarks" / "operating_points.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up while being built
-    spec.loader.exec_module(mod)
-    return mod
-
-
-op = _module()
+op = load_script(ROOT / "benchmarks" / "operating_points.py")
 
 
 def _lower_bound(k: int, n: int, confidence: float = 0.9) -> float:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from ddp_launch import rank_logs, run_ranks
+from script_loader import load_script
 
 import metricc
 from metricc.analysis.statistics import STATISTICS, resolve, statistic_of
@@ -31,13 +32,6 @@ from metricc.metric import FACADES
 from metricc.standalone_file import DOCS, standalone_source
 
 QWK = "quadratic_kappa"
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _relaxation(loss: torch.nn.Module) -> str:
@@ -188,7 +182,7 @@ def test_matrix_metric_is_exact_over_two_gloo_ranks(tmp_path: Path) -> None:
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch built without the gloo backend")
     path = Path(__file__).with_name("matrix_ddp_worker.py")
-    worker = _load(path, "metricc_matrix_ddp_worker")
+    worker = load_script(path, "metricc_matrix_ddp_worker")
     runs, folder = run_ranks(path, 2, lambda: tmp_path)
     assert all(r.returncode == 0 for r in runs), rank_logs(runs)
     reference = worker.run(1, [0])
@@ -237,7 +231,7 @@ def test_standalone_default_options_equal_in_process_defaults(mode: str, tmp_pat
     m = metricc.compile("f1")
     path = tmp_path / f"f1_{mode}.py"
     path.write_text(standalone_source(m, **options), encoding="utf-8")
-    module = _load(path, f"f1_defaults_{mode}")
+    module = load_script(path, f"f1_defaults_{mode}")
     x, y = data(torch.Generator().manual_seed(1))
     theirs, ours = module.F1Loss(), m.loss(**options)
     assert _relaxation(theirs) == _relaxation(ours)  # softmax in multiclass mode
@@ -248,7 +242,7 @@ def test_standalone_matrix_file_equals_in_process_loss(tmp_path: Path) -> None:
     m = metricc.compile(QWK)
     path = tmp_path / "qwk.py"
     path.write_text(standalone_source(m), encoding="utf-8")
-    module = _load(path, "qwk_defaults")
+    module = load_script(path, "qwk_defaults")
     x = torch.randn(12, 4, dtype=torch.float64).softmax(1).requires_grad_()
     y = torch.randint(0, 4, (12,))
     a, b = module.QuadraticKappaLoss()(x, y), m.loss()(x, y)
@@ -260,7 +254,7 @@ def test_cli_compile_multiclass_defaults_to_the_loss_default(tmp_path: Path) -> 
 
     out = tmp_path / "f1_mc.py"
     assert main(["compile", "f1", "--option", "mode=multiclass", "-o", str(out)]) == 0
-    loss = _load(out, "f1_cli_multiclass").F1Loss()
+    loss = load_script(out, "f1_cli_multiclass").F1Loss()
     assert _relaxation(loss) == _relaxation(metricc.compile("f1").loss(mode="multiclass")) == "softmax"
 
 
