@@ -192,18 +192,8 @@ def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
     """
     base, other = rename(a, TO_POSITIVE), rename(b, TO_POSITIVE)
     diff = base - other
-    symbols = sorted(diff.free_symbols | base.free_symbols | other.free_symbols,
-                     key=lambda s: s.name)
-    rng = random.Random(seed)
-    # Two evaluators, not three: the difference is taken at the working precision, as exact
-    # as evaluating a - b (lambdify's printing was most of the cost of a comparison).
-    f_a, f_b = (evaluator(e, symbols) for e in (base, other))
-    digits = working_digits(base, other)
-    for _ in range(points):
-        at = _random_point(rng, symbols)
-        pt = [at[s] for s in symbols]
-        if _differs(*evaluate_difference(f_a, f_b, pt, digits)):
-            return False, "differs", {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
+    if (witness := _witness(base, other, seed, points)) is not None:
+        return False, "differs", witness
     sampled = f"equal at {points} random points to 30 digits"
     ops = sympy.count_ops(diff)
     if ops > MAX_PROOF_OPS:
@@ -246,13 +236,22 @@ def equal_at_points(a: sympy.Expr, b: sympy.Expr, seed: int, prove: bool, points
     """
     if prove and sympy.count_ops(a) + sympy.count_ops(b) <= 400:
         return symbolic_equal(a, b, seed)
+    if (witness := _witness(a, b, seed, points)) is not None:
+        return False, "differs", witness
+    return True, f"equal at {points} random exact points", None
+
+
+def _witness(a: sympy.Expr, b: sympy.Expr, seed: int, points: int) -> dict[str, float] | None:
+    """A random exact point where ``a`` and ``b`` differ at the working precision, or None."""
     symbols = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
     rng = random.Random(seed)
+    # Two evaluators, not three: the difference is taken at the working precision, as exact
+    # as evaluating a - b (lambdify's printing was most of the cost of a comparison).
     f_a, f_b = (evaluator(e, symbols) for e in (a, b))
     digits = working_digits(a, b)
     for _ in range(points):
         at = _random_point(rng, symbols)
         pt = [at[s] for s in symbols]
         if _differs(*evaluate_difference(f_a, f_b, pt, digits)):
-            return False, "differs", {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
-    return True, f"equal at {points} random exact points", None
+            return {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
+    return None
