@@ -136,13 +136,16 @@ def epoch_batches(parts: Sequence[tuple[np.ndarray, ...]], cfg: Config
 
 def train_models(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray, ...]],
                  cfg: Config, losses: Sequence[LossSpec],
-                 on_epoch: Callable[[int, Sequence[LossSpec]], None] | None = None) -> np.ndarray:
+                 on_epoch: Callable[[int, Sequence[LossSpec]], None] | None = None,
+                 on_epoch_probs: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
     """Probabilities ``(L, F, S, n)`` on every sample for any list of losses.
 
     Every loss trains ``F x S`` models (same initial weights and batch order per seed
     across losses). ``on_epoch(epoch, losses)``, if given, runs after each epoch (e.g. to
-    read the multipliers). Reused by ``benchmarks/operating_points.py`` and
-    ``benchmarks/constrained_defaults.py``.
+    read the multipliers); ``on_epoch_probs(epoch, probs)`` gets, after each epoch, the
+    probabilities ``(L, F, S, n)`` in evaluation mode (running batch-norm statistics, which
+    that pass does not change, so the training is the same with or without it). Reused by
+    ``benchmarks/operating_points.py`` and ``benchmarks/constrained_defaults.py``.
     """
     n_folds = len(parts)
     xall = standardised(X, parts)
@@ -170,6 +173,9 @@ def train_models(X: np.ndarray, y: np.ndarray, parts: Sequence[tuple[np.ndarray,
             opt.step()
         if on_epoch is not None:
             on_epoch(epoch, losses)
+        if on_epoch_probs is not None:
+            with torch.no_grad():
+                on_epoch_probs(epoch, torch.sigmoid(net(xall)).numpy())
     with torch.no_grad():
         return torch.sigmoid(net(xall)).numpy()
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import pickle
+import shutil
 import warnings
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
+from script_loader import load_script
 
 import metricc
 from metricc.errors import MetricWarning
@@ -122,3 +127,56 @@ def test_fullgraph_compile_skips_the_watch() -> None:
         compiled(s.clone().requires_grad_(True), y).backward()
     assert loss.stall is None
     assert loss.multipliers.item() == pytest.approx(3 * CONSTRAINED_DEFAULTS["multiplier_lr"] * 0.3)
+
+
+def test_best_feasible_pass_smoke_run(tmp_path: Path) -> None:
+    """``benchmarks/constrained_defaults.py --feasible --quick``: every epoch's whole fit set
+    judged by one BestFeasible per run, without changing the training."""
+    cd = load_script(Path("benchmarks/constrained_defaults.py"))
+    runs_csv, passes_csv = tmp_path / "feasible.csv", tmp_path / "passes.csv.gz"
+    assert cd.main(["--feasible", "--quick", "--feasible-runs", str(runs_csv),
+                    "--passes", str(passes_csv)]) == 0
+    runs, passes = cd._read(runs_csv), cd._read(passes_csv)
+    assert sorted(r["case"] for r in runs) == ["keel"] * 4 + ["synthetic"]  # 2 targets x 2 folds
+    key = ("case", "set", "fold", "seed", "target")
+    for run in runs:
+        epochs = sorted((p for p in passes if all(p[k] == run[k] for k in key)),
+                        key=lambda p: int(p["epoch"]))
+        assert [int(p["epoch"]) for p in epochs] == [1, 2, 3]
+        for p in epochs:
+            assert all(0.0 <= float(p[k]) <= 1.0 for k in ("recall", "precision", "pred_pos"))
+            # held out: KEEL's validation part (recorded only); the synthetic case has none
+            held = [float(p[k]) for k in ("held_recall", "held_precision")]
+            assert all(0.0 <= h <= 1.0 for h in held) if run["case"] == "keel" else \
+                all(math.isnan(h) for h in held)
+            assert int(p["feasible"]) == (float(p["recall"]) >= float(p["target"]))
+            assert int(p["met"]) == (int(p["feasible"]) and float(p["precision"])
+                                     >= cd.COLLAPSE_RATIO * float(run["base_rate"]) - 1e-5)
+        # the final model is the last epoch's: its judged pass is the run's final rates
+        assert float(epochs[-1]["recall"]) == pytest.approx(float(run["fit_recall"]), abs=1e-5)
+        feasible = [p for p in epochs if int(p["feasible"])]
+        met = [p for p in epochs if int(p["met"])]
+        assert int(run["first_met"]) == (int(met[0]["epoch"]) if met else 0)
+        assert int(run["latest_met_epoch"]) == (int(met[-1]["epoch"]) if met else 0)
+        assert int(run["latest_feasible_epoch"]) == (int(feasible[-1]["epoch"]) if feasible else 0)
+        assert int(run["final_met"]) == (float(run["fit_recall"]) >= float(run["target"]) and
+                                         int(epochs[-1]["met"]))
+        assert (int(run["kept_epoch"]) > 0) == bool(feasible)
+        if feasible:  # kept: the best training precision among the feasible epochs
+            kept = next(p for p in epochs if int(p["epoch"]) == int(run["kept_epoch"]))
+            assert int(kept["feasible"]) == 1
+            assert float(kept["precision"]) == max(float(p["precision"]) for p in feasible)
+            assert float(run["kept_recall"]) >= float(run["target"])
+            assert int(run["kept_met"]) == (float(run["kept_precision"])
+                                           >= cd.COLLAPSE_RATIO * float(run["base_rate"]))
+    # judging every epoch leaves the training as it was
+    harness = replace(cd.ct.Config(), epochs=3, folds=2, seeds=(0,))
+    plain = cd.run_keel(cd.CHOSEN, ["glass0"], harness)
+    judged = cd.run_keel(cd.CHOSEN, ["glass0"], harness, passes=[])
+    assert [{k: r[k] for k in p} for p, r in zip(plain, judged, strict=True)] == plain
+    page = tmp_path / "page.md"
+    shutil.copy(cd.RESULTS / "constrained_defaults_runs.csv", tmp_path / "runs.csv")
+    assert cd.main(["--report", "--runs", str(tmp_path / "runs.csv"), "--feasible-runs",
+                    str(runs_csv), "--page", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert cd.FEASIBLE_TITLE in text and f"| `{cd.CHOSEN.tag}` | keel | glass0 | 4 |" in text
