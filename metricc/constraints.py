@@ -156,7 +156,8 @@ class ConstraintCheck:
 
 
 def _direction(d: sympy.Expr) -> tuple[str, str]:
-    from .analysis.counts_check import positive_form, proven_sign, sampled_direction
+    from .analysis.counts_check import sampled_direction
+    from .analysis.counts_sign import positive_form, proven_sign
 
     if d == 0:
         return "constant", "symbolic"
@@ -177,7 +178,7 @@ def _balances() -> list[tuple[float, float]]:
 
 def check_constraint(c: Constraint) -> ConstraintCheck:
     """:class:`ConstraintCheck` of ``c``: the directions along right moves and the best value."""
-    from .analysis.counts_check import positive_form, proven_sign
+    from .analysis.counts_sign import positive_form, proven_sign
 
     e = c.metric.expr
     grad = c.metric.gradient

@@ -15,10 +15,11 @@ from typing import Any
 import sympy
 
 from ..errors import MetricError
-from ..language.symbols import COUNTS, TO_POSITIVE
-from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit, spent
+from ..language.symbols import COUNTS
+from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit
 from .counts import Singularity, partials, singularities
-from .size import MAX_EXPANSION, expansion_size, rename, tame
+from .counts_sign import SIGN_SIZE_LIMIT, positive_form, proven_sign
+from .size import MAX_EXPANSION, expansion_size, tame
 
 __all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check", "move_directions", "wrong_way"]
 
@@ -44,11 +45,6 @@ def _sample_points() -> list[tuple[float, float, float, float]]:
 
 
 _POINTS = _sample_points()
-# Above this size (sympy.count_ops) the symbolic sign test gives up at once and
-# leaves the verdict to sampling: together/factor/expand grow fast on nested
-# fractions and take seconds. A size limit, not a time limit, so that reports are
-# the same on every machine.
-_SIZE_LIMIT = 60
 
 
 
@@ -190,64 +186,6 @@ def move_directions(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
     return out
 
 
-def positive_form(e: sympy.Expr) -> sympy.Expr:
-    return rename(e, TO_POSITIVE)
-
-
-def proven_sign(e: sympy.Expr, depth: int = 0) -> int | None:
-    """``1`` if ``e >= 0`` for all positive counts, ``-1`` if ``<= 0``, ``0`` if ``e == 0``.
-
-    ``None`` where SymPy cannot tell. ``e`` must be over positive count symbols.
-    Tries SymPy's assumptions, then the signs of numerator and denominator, of
-    each factor, and of the factored or expanded polynomial.
-    """
-    if e == 0:
-        return 0
-    if e.is_nonnegative:
-        return 1
-    if e.is_nonpositive:
-        return -1
-    if depth > 4 or spent() or sympy.count_ops(e) > _SIZE_LIMIT:
-        return None
-    if isinstance(e, sympy.Mul):
-        result = 1
-        for a in e.args:
-            s = proven_sign(a, depth + 1)
-            if s is None or s == 0:
-                return s
-            result *= s
-        return result
-    if isinstance(e, sympy.Pow) and e.exp.is_number:
-        s = proven_sign(e.base, depth + 1)
-        if s == 1:
-            return 1
-        if s == -1 and e.exp.is_integer:
-            return -1 if e.exp % 2 else 1
-        return None
-    num, den = sympy.fraction(sympy.together(e))
-    if den != 1:
-        sn = proven_sign(num, depth + 1)
-        if sn == 0:
-            return 0
-        sd = proven_sign(den, depth + 1)
-        return None if sn is None or sd is None else sn * sd
-    if isinstance(e, sympy.Add) and expansion_size(e) <= MAX_EXPANSION:
-        for rewrite in (sympy.factor, sympy.expand):
-            try:
-                g = rewrite(e)
-            except (sympy.PolynomialError, TypeError, ValueError):  # pragma: no cover
-                continue
-            if g == e:
-                continue
-            if g.is_nonnegative:
-                return 1
-            if g.is_nonpositive:
-                return -1
-            if isinstance(g, sympy.Mul):
-                return proven_sign(g, depth + 1)
-    return None
-
-
 def _evaluator(e: sympy.Expr) -> Any:
     """``e`` as a plain-float function of (TP, FP, FN, TN), or ``None`` if SymPy cannot print it."""
     try:
@@ -348,7 +286,7 @@ def _bounds(expr: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None,
             and -1 - 1e-12 <= sampled[0] and sampled[1] <= 1 + 1e-12):
         num, den = sympy.fraction(sympy.together(e))
         gap = den**2 - num**2
-        if (sympy.count_ops(gap) <= _SIZE_LIMIT and expansion_size(gap) <= MAX_EXPANSION
+        if (sympy.count_ops(gap) <= SIGN_SIZE_LIMIT and expansion_size(gap) <= MAX_EXPANSION
                 and proven_sign(sympy.expand(gap)) == 1):
             lower = sympy.Integer(-1) if lower is None else lower
             upper = sympy.Integer(1) if upper is None else upper
