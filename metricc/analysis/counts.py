@@ -15,7 +15,7 @@ from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
 from .budget import BudgetExceeded, bounded, limit, remaining, spent
 from .guard import guard_node
-from .size import MAX_EXPANSION, derivative, expansion_size, rename, small_enough, tame
+from .size import MAX_EXPANSION, common_denominator_size, derivative, expansion_size, rename, small_enough, tame
 
 __all__ = [
     "EPS",
@@ -58,7 +58,7 @@ def simplify(expr: sympy.Expr) -> sympy.Expr:
     # Counts are nonnegative, so e.g. sqrt(TP**2) is TP; SymPy only uses that
     # with positive symbols, swapped in and out here.
     expr = rename(expr, TO_POSITIVE)
-    if spent() or sympy.count_ops(expr) > MAX_OPS:
+    if spent() or sympy.count_ops(expr) > MAX_OPS or common_denominator_size(expr) > MAX_EXPANSION:
         return rename(expr, FROM_POSITIVE)
     try:
         best = bounded(_rewrite, expr, seconds=min(SIMPLIFY_SECONDS, remaining()), inline=tame(expr))

@@ -61,6 +61,31 @@ def small_enough(expr: sympy.Expr) -> bool:
     return expansion_size(num) + expansion_size(den) <= MAX_EXPANSION
 
 
+def common_denominator_size(expr: sympy.Expr) -> int:
+    """The terms, multiplied out, of the common denominator ``together`` gives a sum.
+
+    That is the least common multiple of its terms' denominators (each factor at its
+    highest power); past :data:`MAX_EXPANSION` the result of ``together`` cannot be
+    shorter than the sum (60 fractions ``TP/(FP+i)``: ``2**60`` terms).
+
+    >>> common_denominator_size(sympy.sympify("TP/(TP+FP) + TN/(TN+FN) + FP/(TP+FP)**2"))
+    8
+    """
+    if not isinstance(expr, sympy.Add):
+        return 1
+    powers: dict[sympy.Expr, int] = {}
+    for term in expr.args:
+        for factor in sympy.Mul.make_args(sympy.fraction(term)[1]):
+            base, exp = factor.as_base_exp()
+            if not exp.is_Integer:
+                base, exp = factor, sympy.Integer(1)
+            powers[base] = max(powers.get(base, 0), int(exp))
+    out = 1
+    for base, exp in powers.items():
+        out = min(out * min(expansion_size(base) ** min(exp, 64), _SIZE_CAP), _SIZE_CAP)
+    return out
+
+
 #: Most terms, operations and exponent numerator/denominator of a :func:`tame` expression.
 TAME_TERMS, TAME_OPS, TAME_DEGREE = 64, 80, 4
 

@@ -15,7 +15,7 @@ from typing import Any
 import sympy
 
 from ..analysis.budget import BudgetExceeded, bounded, evaluate_difference, evaluator, spent
-from ..analysis.size import rename, small_enough, tame
+from ..analysis.size import MAX_EXPANSION, common_denominator_size, rename, small_enough, tame
 from ..language.functions import TORCH_CALLS, sympy_torch
 from ..language.symbols import TO_POSITIVE
 
@@ -202,8 +202,9 @@ def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
         # cancel/simplify rebuild min()/max() on every rewrite, comparing their arguments
         # pairwise: 77 s for min() of six fractions (simplify: 250 s for -(max(mcc, 6))).
         return True, f"{sampled} (no proof attempted: min/max)", None
-    together = sympy.together(diff)
-    if not small_enough(together):  # cancel would expand a huge polynomial first
+    # together() of a sum over many distinct denominators is itself the slow step
+    together = None if common_denominator_size(diff) > MAX_EXPANSION else sympy.together(diff)
+    if together is None or not small_enough(together):  # cancel would expand a huge polynomial first
         return True, f"{sampled} (no proof attempted: too large to expand)", None
     proofs = [sympy.cancel] + ([sympy.simplify] if ops <= 300 else [])
     for proof in proofs:
