@@ -125,6 +125,10 @@ class MetricPrinter(TorchPrinter):
         return name
 
 
+#: Operations in a kernel's outputs past which ``cse`` skips its "basic" preprocessing.
+LARGE_KERNEL_OPS = 600
+
+
 def shared_subexpressions(exprs: list[sympy.Expr], prefix: str = "x"
                           ) -> tuple[list[tuple[sympy.Symbol, sympy.Expr]], list[sympy.Expr]]:
     """``sympy.cse`` of the kernels' outputs, with constant temporaries put back inline.
@@ -132,8 +136,11 @@ def shared_subexpressions(exprs: list[sympy.Expr], prefix: str = "x"
     Printed as numbers, constants stay Python floats where a temporary ``x0 = sqrt(2)``
     would be a float variable that torch functions and ``min``/``max`` refuse.
     """
+    # "basic" pulls signs and common factors out of sums first (more shared terms); on large
+    # kernels that factor_terms pass alone took seconds (a 200-line binding chain: 1.2 s).
+    large = sum(sympy.count_ops(e) for e in exprs) > LARGE_KERNEL_OPS
     temps, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols(prefix),
-                               optimizations="basic")
+                               optimizations=None if large else "basic")
     constants: dict[sympy.Symbol, sympy.Expr] = {}
     kept = []
     for sym, e in temps:

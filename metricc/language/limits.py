@@ -27,8 +27,10 @@ MAX_DEPTH = 60
 #: Largest |exponent| on a non-constant base: `(TP+1)^(10^6)` is no metric.
 MAX_POWER = 100
 #: Largest expression tree once bindings are substituted; the derivative of a
-#: chain `b = a*(a+1); c = b*(b+1); ...` doubles with each line.
-MAX_NODES = 2000
+#: chain `b = a*(a+1); c = b*(b+1); ...` doubles with each line, and every stage pays
+#: SymPy per node: at 570-600 nodes compile + check + loss + verify take 5.5-8.2 s of CPU
+#: (a sum of 57 square roots is the slowest shape measured), at 900 up to 10 s.
+MAX_NODES = 600
 #: Most arguments of one min()/max(): its derivative grows with the square of the
 #: count (each argument is compared with the min of the others): 8 took 11 s.
 MAX_ARGS = 6
@@ -126,9 +128,15 @@ def check_top(e: sympy.Expr) -> sympy.Expr:
     return e
 
 
-def check_size(expr: sympy.Expr, what: str = "formula") -> None:
-    """Raise MetricError if ``expr`` breaks a size limit; shared subtrees are walked once."""
-    memo: dict[int, tuple[int, int]] = {}
+def check_size(expr: sympy.Expr, what: str = "formula",
+               seen: dict[int, tuple[sympy.Expr, tuple[int, int]]] | None = None) -> None:
+    """Raise MetricError if ``expr`` breaks a size limit; shared subtrees are walked once.
+
+    ``seen`` carries the sizes over from earlier calls (a binding chain reuses each binding's
+    terms in the next; walking each binding afresh is quadratic in the chain's length).
+    It holds the subtrees too, so that an ``id`` is not reused while it is in there.
+    """
+    memo = {} if seen is None else seen
 
     def size(e: sympy.Expr) -> tuple[int, int]:
         """(nodes, depth), both capped just past their limits."""
@@ -137,21 +145,22 @@ def check_size(expr: sympy.Expr, what: str = "formula") -> None:
             if (problem := number_problem(e)) is not None:
                 raise MetricError(f"{what}: {problem}; metrics need no such numbers")
             parts = [size(a) for a in e.args]
-            memo[key] = (min(1 + sum(n for n, _ in parts), MAX_NODES + 1),
-                         min(1 + max((d for _, d in parts), default=0), MAX_DEPTH + 1))
+            found = (min(1 + sum(n for n, _ in parts), MAX_NODES + 1),
+                     min(1 + max((d for _, d in parts), default=0), MAX_DEPTH + 1))
+            memo[key] = (e, found)
             if isinstance(e, (sympy.Min, sympy.Max)) and \
-                    (len(e.args) - 1) * memo[key][0] > MAX_MINMAX_WORK:
+                    (len(e.args) - 1) * found[0] > MAX_MINMAX_WORK:
                 raise MetricError(
                     f"{what}: {type(e).__name__.lower()}() of {len(e.args)} arguments of "
-                    f"{memo[key][0]} operations in all is too large to analyse (its "
+                    f"{found[0]} operations in all is too large to analyse (its "
                     "derivative compares each argument with the others); use fewer or "
                     "simpler arguments")
-            if e.is_Mul and len(e.args) * memo[key][0] > MAX_PRODUCT_WORK:
+            if e.is_Mul and len(e.args) * found[0] > MAX_PRODUCT_WORK:
                 raise MetricError(
-                    f"{what}: a product of {len(e.args)} factors of {memo[key][0]} operations in "
+                    f"{what}: a product of {len(e.args)} factors of {found[0]} operations in "
                     "all is too large to differentiate (its derivative has a copy of the product "
                     "per factor); use fewer factors, or take logs")
-        return memo[key]
+        return memo[key][1]
 
     n, depth = size(expr)
     if depth > MAX_DEPTH:

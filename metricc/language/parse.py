@@ -273,6 +273,7 @@ def _resolve(text: str, parts: list[Any], pos: Position) -> Formula | MatrixForm
         return expr.xreplace(subs) if subs else expr
 
     remaining = set(later)
+    sizes: dict[int, Any] = {}  # each binding's subtrees, sized once for the whole chain
     for tok, expr in bindings:
         name = str(tok)
         # Only the four counts are reserved: a binding of a total (P N PP PN n), such as
@@ -286,9 +287,9 @@ def _resolve(text: str, parts: list[Any], pos: Position) -> Formula | MatrixForm
             raise pos.error(f"'{name}' is defined twice", tok)
         remaining.discard(name)
         defined[name] = resolve(expr, remaining | {name})
-        check_size(defined[name], f"binding '{name}'")
+        check_size(defined[name], f"binding '{name}'", sizes)
     result = resolve(body, set())
-    check_size(result)
+    check_size(result, seen=sizes)
     unused = set(params) & set(defined)
     params -= unused
     constraints: tuple[ParsedConstraint, ...] = ()
