@@ -45,15 +45,20 @@ def product_chain(n: int) -> str:
     return "\n".join([*lines, f"a{n - 1}"])
 
 
+NAMED = ["f1", "mcc", "g_mean", "cohen_kappa", "balanced_accuracy", "fowlkes_mallows", "markedness",
+         "informedness"]
+
 #: Family of each case (the summary gives the slowest accepted one of each).
 FAMILIES = {"fractional power": ["^0.343", "^0.2401", "^0.117649", "nested ^0.7", "sum ^0.7",
                                  "40-digit exponent", "mcc^f1"],
             "integer power": ["n^30/(n+1)^30", "^100"],
             "exp": ["exp(82.98603/(n+1)) + TN^3", "exp 20 deep"],
             "named metrics": ["f1", "(mcc - kappa)/(mcc + kappa + 3)", "min(mcc, f1, g_mean, cohen_kappa)"],
-            "long sum": ["3,000-term sum", "7,000-term sum"],
+            "long sum": ["120-term sum", "170-term sum", "57 square roots", "37 abs terms", "33 log terms",
+                         "57 powers ^0.7", "64 exp terms", "24 named metrics", "3,000-term sum",
+                         "7,000-term sum"],
             "min/max": ["min of 400 args", "min of 6 args"],
-            "binding chain": ["100-line chain", "200-line chain", "15-line product chain",
+            "binding chain": ["75-line chain", "100-line chain", "200-line chain", "15-line product chain",
                               "100-line product chain"],
             "nesting": ["log 300 deep", "log 20 deep", "1/(1+...) 400 deep"]}
 
@@ -73,11 +78,20 @@ CASES = {
     "f1": "f1",
     "mcc^f1": "mcc^f1",
     "min(mcc, f1, g_mean, cohen_kappa)": "min(mcc, f1, g_mean, cohen_kappa)",
+    "120-term sum": long_sum(120),
+    "170-term sum": long_sum(170),
+    "57 square roots": " + ".join(f"sqrt(TP/(TP+FP+{i}))" for i in range(1, 58)),
+    "37 abs terms": " + ".join(f"abs(TP - {i}*FP)/(TP+FN+{i})" for i in range(1, 38)),
+    "33 log terms": " + ".join(f"log(TP+{i}*FN+1)*FP/(n+{i})" for i in range(1, 34)),
+    "57 powers ^0.7": " + ".join(f"(TP/(TP+FP+{i}))^0.7" for i in range(1, 58)),
+    "64 exp terms": " + ".join(f"exp(-FP/(TP+{i}))" for i in range(1, 65)),
+    "24 named metrics": " + ".join(f"{NAMED[i % 8]}*{i + 1}/(TP+{i + 1})" for i in range(24)),
     "3,000-term sum": long_sum(3000),
     "7,000-term sum": long_sum(7000),
     "min of 400 args": wide_min(400),
     "min of 6 args": wide_min(6),
     "100-line chain": chain(100),
+    "75-line chain": chain(75),
     "200-line chain": chain(200),
     "log 300 deep": "log(" * 300 + "TP+1" + ")" * 300,
     "log 20 deep": "log(" * 20 + "TP+3" + ")" * 20,

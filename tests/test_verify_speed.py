@@ -121,7 +121,7 @@ def test_long_kernels_are_differenced_at_both_labels() -> None:
 
     from metricc.verify.counts import FD_KERNEL_CHARS
 
-    m = metricc.compile(chain(200))
+    m = metricc.compile(chain(75))
     assert len(m.kernels_source) > FD_KERNEL_CHARS
     report = m.verify(raise_on_failure=False)
     fd = [c for c in report.checks if "finite differences" in c.name and "multiclass" not in c.name]
