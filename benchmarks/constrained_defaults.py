@@ -32,7 +32,8 @@ and ``docs/constrained_defaults.md`` from them. Reproduce the recorded search (1
 ``--only TAG ...`` runs the named configurations of the grid only.
 
 ``--feasible`` (issue 28.1) trains the chosen defaults (or ``--only``) once more, judging
-every epoch's whole fit set with one ``metricc.evaluate.operating.BestFeasible`` per run; it
+every epoch's whole fit set with one ``metricc.evaluate.operating.BestFeasible`` per run
+(and one ``BestFeasible(keep="latest")`` for the latest feasible pass); it
 writes ``constrained_defaults_feasible.csv`` (per run) and ``constrained_defaults_passes.csv.gz``
 (per epoch), which ``--report`` tabulates (final iterate against the kept pass)::
 

@@ -63,7 +63,7 @@ class PassResult:
 
 
 class BestFeasible:
-    """The best pass by the objective among the passes that meet every constraint.
+    """A pass that meets every constraint: the best by the objective, or the latest.
 
     ``metric``: a :class:`metricc.Metric` compiled with constraints. ``threshold``:
     the decision threshold on the scores' scale (0.5 for probabilities, 0 for logits).
@@ -119,7 +119,8 @@ class BestFeasible:
     def update(self, step: int, scores: Any, target: Any, state: Any = None) -> PassResult:
         """Judge one whole pass (every score and 0/1 target of it); keep a deep copy of
         ``state`` (e.g. ``model.state_dict()``) when the pass is kept: feasible, and the best
-        so far (``keep="best"``) or simply the latest (``keep="latest"``)."""
+        so far (``keep="best"``) or simply the latest (``keep="latest"``, which copies the
+        state of every feasible pass)."""
         c = threshold_counts(scores, target)
         # the counts of ``score >= threshold``: the lowest candidate at or above it
         i = max(int(np.count_nonzero(c.thresholds >= self.threshold)) - 1, 0)
