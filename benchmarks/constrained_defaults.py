@@ -32,7 +32,8 @@ and ``docs/constrained_defaults.md`` from them. Reproduce the recorded search (1
 ``--only TAG ...`` runs the named configurations of the grid only.
 
 ``--feasible`` (issue 28.1) trains the chosen defaults (or ``--only``) once more, judging
-every epoch's whole fit set with one ``metricc.evaluate.operating.BestFeasible`` per run; it
+every epoch's whole fit set with one ``metricc.evaluate.operating.BestFeasible`` per run
+(and one ``BestFeasible(keep="latest")`` for the latest feasible pass); it
 writes ``constrained_defaults_feasible.csv`` (per run) and ``constrained_defaults_passes.csv.gz``
 (per epoch), which ``--report`` tabulates (final iterate against the kept pass)::
 
@@ -192,19 +193,24 @@ class JudgedRun:
 class PassJudge:
     """After every epoch, each run's whole-fit-set 0/1 rates at probability 0.5 (model in
     evaluation mode), judged by one :class:`BestFeasible` per run: the recipe "keep the best
-    feasible training pass" (issue 28.1; TFCO keeps the best feasible iterate likewise).
+    feasible training pass" (issue 28.1; TFCO keeps the best feasible iterate likewise), and
+    by one ``BestFeasible(keep="latest")`` (the latest feasible pass, issue 28).
     The held-out rates are recorded only, never used to choose."""
 
     def __init__(self, runs: list[JudgedRun]):
         self.runs = runs
         self.judges = [BestFeasible(ct.constrained(r.target), threshold=0.5) for r in runs]
+        self.latest = [BestFeasible(ct.constrained(r.target), threshold=0.5, keep="latest")
+                       for r in runs]
         self.held: list[list[tuple[float, float]]] = [[] for _ in runs]
         self.rows: list[dict] = []
 
     def __call__(self, epoch: int, probs: np.ndarray) -> None:
-        for run, judge, held in zip(self.runs, self.judges, self.held, strict=True):
+        for run, judge, latest, held in zip(self.runs, self.judges, self.latest, self.held,
+                                            strict=True):
             p = probs[run.index]
             res = judge.update(epoch + 1, p[run.fit], run.y_fit)
+            latest.update(epoch + 1, p[run.fit], run.y_fit)
             rec, prec, pos = rates(p[run.fit], run.y_fit)
             met = res.feasible and res.value >= COLLAPSE_RATIO * float(run.y_fit.mean())
             h_rec, h_prec = (rates(p[run.held], run.y_held)[:2] if run.y_held is not None
@@ -219,9 +225,9 @@ class PassJudge:
     def summary(self, i: int) -> dict:
         """Run ``i``: how often and how early an epoch met the constraint, and four epochs one
         might keep: the final one, the one :class:`BestFeasible` kept, the latest met and the
-        latest feasible one (``{choice}_epoch`` from 1, 0 for none; training and held-out
-        rates of each)."""
-        judge, base = self.judges[i], float(self.runs[i].y_fit.mean())
+        latest feasible one (kept by ``BestFeasible(keep="latest")``; ``{choice}_epoch`` from
+        1, 0 for none; training and held-out rates of each)."""
+        judge, latest, base = self.judges[i], self.latest[i], float(self.runs[i].y_fit.mean())
         hist = judge.history
         feas = [h.feasible for h in hist]
         # met: feasible and not collapsed (an early all-positive epoch is feasible, not met)
@@ -232,7 +238,7 @@ class PassJudge:
         choices = {"final": len(hist) - 1,
                    "kept": judge.best.step - 1 if judge.best is not None else -1,
                    "latest_met": max((e for e, m in enumerate(met) if m), default=-1),
-                   "latest_feasible": max((e for e, f in enumerate(feas) if f), default=-1)}
+                   "latest_feasible": latest.best.step - 1 if latest.best is not None else -1}
         for name, e in choices.items():
             ok = e >= 0
             out.update({f"{name}_epoch": e + 1, f"{name}_met": int(ok and met[e]),
@@ -461,7 +467,8 @@ def feasible_section(rows: list[dict], source: str) -> list[str]:
            f"precision is at least {COLLAPSE_RATIO} x the base rate (the search's criterion; the "
            "all-positive first epochs are feasible but collapsed). *final met*: the last epoch's "
            "model is; *kept met*: the pass `BestFeasible` kept (the highest training precision "
-           "among the feasible epochs) is; *ever*: some epoch is; *epochs met*: the mean "
+           "among the feasible epochs) is (the latest feasible pass, below, is the one "
+           "`BestFeasible(keep=\"latest\")` keeps); *ever*: some epoch is; *epochs met*: the mean "
            "fraction of epochs that are (of the last 10 in brackets). Precision final / kept: "
            "means over the runs met both ways.", "",
            "| configuration | case | set | runs | final met | kept met | ever | epochs met "
@@ -493,7 +500,8 @@ def feasible_section(rows: list[dict], source: str) -> list[str]:
 
 
 CHOICES = {"final": "final", "kept": "best feasible (`BestFeasible`)",
-           "latest_met": "latest met", "latest_feasible": "latest feasible"}
+           "latest_met": "latest met",
+           "latest_feasible": "latest feasible (`BestFeasible(keep=\"latest\")`)"}
 
 
 def held_out(rows: list[dict]) -> list[str]:

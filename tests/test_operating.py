@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -134,3 +136,98 @@ def test_needs_constraints_and_rates_for_confidence():
         BestFeasible(metricc.compile("precision subject to recall >= precision"), confidence=0.9)
     with pytest.raises(MetricError, match="only 0 and 1"):
         BestFeasible(M).update(0, [0.2, 0.7], [0, 2])
+
+
+def _shifted(seed: int, shift: float, offset: float, n: int = 400):
+    """A pass whose scores move by ``offset``: higher predicts more positives (recall up,
+    precision down)."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.3).astype(int)
+    return 1 / (1 + np.exp(-rng.normal(shift * (2 * y - 1) + offset, 1.0))), y
+
+
+# precise and feasible, hopeless, less precise but feasible, feasible, hopeless again
+LATEST_PASSES = [(0, 2.0, 0.0), (1, 0.3, -1.0), (2, 2.0, 1.0), (3, 1.5, 0.5), (4, 0.3, -1.0)]
+
+
+def test_keep_latest_keeps_the_last_feasible_pass_and_a_copy_of_its_state():
+    latest, best = BestFeasible(M, keep="latest"), BestFeasible(M)
+    assert (latest.keep, best.keep) == ("latest", "best")
+    state = {"w": torch.zeros(3)}
+    expect = []
+    for step, (seed, shift, offset) in enumerate(LATEST_PASSES):
+        p, y = _shifted(seed, shift, offset)
+        state["w"] += 1
+        latest.update(step, p, y, state=state)
+        best.update(step, p, y, state=state)
+        pred = (p >= 0.5).astype(int)
+        expect.append((step, recall_score(y, pred) >= 0.8, precision_score(y, pred)))
+    state["w"].fill_(-7.0)  # the caller's tensor changes in place after the last update
+    feasible = [e for e in expect if e[1]]
+    last, top = feasible[-1], max(feasible, key=lambda e: e[2])
+    assert last[0] != top[0] and not expect[-1][1]  # the two rules pick different passes
+    assert latest.found and latest.result() is latest.best and latest.best.step == last[0]
+    assert latest.best.value == pytest.approx(last[2], rel=1e-12)
+    assert torch.equal(latest.best_state["w"], torch.full((3,), float(last[0] + 1)))
+    # keep="best" is today's rule, unchanged by the option
+    assert best.best.step == top[0] and best.best.value == pytest.approx(top[2], rel=1e-12)
+    assert torch.equal(best.best_state["w"], torch.full((3,), float(top[0] + 1)))
+    assert latest.history == best.history  # same judgement of every pass, another choice
+    # a later feasible pass replaces the kept one even when its objective is worse
+    p, y = _shifted(5, 2.0, 1.5)
+    r = latest.update(9, p, y, state={"w": "later"})
+    assert r.feasible and r.value < top[2] and latest.best is r and latest.best_state == {"w": "later"}
+
+
+def test_keep_latest_with_confidence_keeps_the_last_certified_pass():
+    # the last pass meets recall >= 0.8 as a plain rate (34/40) but is not certified at 0.9
+    plain = np.r_[np.full(34, 0.9), np.full(6, 0.1), np.full(60, 0.2)], np.r_[np.ones(40), np.zeros(60)]
+    passes = [_shifted(0, 2.0, 0.0), _shifted(2, 2.0, 1.0), plain]
+    keep = BestFeasible(M, confidence=0.9, keep="latest")
+    certified = []
+    for s, (p, y) in enumerate(passes, start=1):
+        r = keep.update(s, p, y, state=s)
+        tp, _, fn, _ = r.counts
+        low = stats.beta.ppf(0.1 / (s * (s + 1)), tp, fn + 1)
+        assert r.bounds["recall >= 0.8"] == pytest.approx(low, rel=1e-12)
+        certified.append(low >= 0.8)
+    assert certified == [True, True, False]
+    assert keep.best.step == 2 and keep.best_state == 2
+    # without confidence the plain-feasible last pass is the latest; keep="best" the first
+    loose = BestFeasible(M, keep="latest")
+    for s, (p, y) in enumerate(passes, start=1):
+        loose.update(s, p, y)
+    assert loose.best.step == 3
+    strict_best = BestFeasible(M, confidence=0.9)
+    for s, (p, y) in enumerate(passes, start=1):
+        strict_best.update(s, p, y)
+    assert strict_best.best.step == 1
+
+
+def test_keep_latest_without_a_feasible_pass_says_so():
+    keep = BestFeasible(metricc.compile("precision subject to recall >= 0.99"), threshold=0.9,
+                        keep="latest")
+    with pytest.raises(MetricError, match="judged no pass yet"):
+        keep.result()
+    keep.update(0, *_pass(0, 0.5))
+    assert not keep.found
+    with pytest.raises(MetricError, match=r"no pass of 1 met every constraint at threshold 0\.9"):
+        keep.result()
+
+
+@pytest.mark.parametrize("value", ["last", "LATEST", "", None, 1])
+def test_keep_must_be_best_or_latest(value):
+    with pytest.raises(MetricError, match=r"keep=.* is not one of 'best', 'latest'") as err:
+        BestFeasible(M, keep=value)
+    assert ("did you mean 'latest'?" in str(err.value)) == (value in ("last", "LATEST"))
+
+
+def test_the_kept_pass_survives_pickling_and_deepcopy():
+    keep = BestFeasible(M, keep="latest")
+    for step, (seed, shift, offset) in enumerate(LATEST_PASSES[:3]):
+        keep.update(step, *_shifted(seed, shift, offset), state={"step": step})
+    for twin in (pickle.loads(pickle.dumps(keep)), copy.deepcopy(keep)):
+        assert twin.keep == "latest" and twin.best == keep.best and twin.best_state == {"step": 2}
+        assert twin.history == keep.history
+        twin.update(7, *_shifted(5, 2.0, 1.5), state={"step": 7})
+        assert twin.best.step == 7 and keep.best.step == 2  # the copy is independent

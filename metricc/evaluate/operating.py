@@ -5,7 +5,8 @@ trained model is used at a fixed threshold, on all the data it meets. So, as
 TensorFlow Constrained Optimization does, :class:`BestFeasible` scores each
 evaluation pass (a validation epoch) on its hard counts at the decision
 threshold, keeps the best objective among the passes that meet every
-constraint, and keeps that pass's state (a deep copy of what you hand it).
+constraint (or, with ``keep="latest"``, the most recent such pass), and keeps
+that pass's state (a deep copy of what you hand it).
 
 >>> import metricc
 >>> from metricc.evaluate.operating import BestFeasible
@@ -16,6 +17,13 @@ True
 1.0
 >>> keep.best.step, keep.best_state
 (1, {'w': 1})
+>>> latest = BestFeasible(metricc.compile("precision subject to recall >= 0.5"), keep="latest")
+>>> latest.update(0, [0.9, 0.6, 0.3, 0.1], [1, 1, 0, 0], state={"w": 1}).value
+1.0
+>>> latest.update(1, [0.9, 0.2, 0.7, 0.1], [1, 1, 0, 0], state={"w": 2}).value  # feasible, worse
+0.5
+>>> latest.best.step, latest.best_state
+(1, {'w': 2})
 """
 
 from __future__ import annotations
@@ -28,10 +36,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
+from ..runtime.options import look_up_option
 from .confidence import bounds_at, certify, check_confidence, rate_constraint
 from .threshold import threshold_counts
 
-__all__ = ["BestFeasible", "PassResult"]
+__all__ = ["KEEPS", "BestFeasible", "PassResult"]
+
+#: Which feasible pass :class:`BestFeasible` keeps: the best objective, or the most recent.
+KEEPS = ("best", "latest")
 
 
 @dataclass(frozen=True)
@@ -51,20 +63,28 @@ class PassResult:
 
 
 class BestFeasible:
-    """The best pass by the objective among the passes that meet every constraint.
+    """A pass that meets every constraint: the best by the objective, or the latest.
 
     ``metric``: a :class:`metricc.Metric` compiled with constraints. ``threshold``:
     the decision threshold on the scores' scale (0.5 for probabilities, 0 for logits).
+    ``keep``: ``"best"`` keeps the feasible pass with the best objective (ties: the
+    earlier); ``"latest"`` keeps the most recent feasible pass, whatever its objective
+    (judging training passes, it holds up on new data better than the most precise one:
+    docs/constraints.md). ``best``, ``best_state`` and :meth:`result` are the kept pass
+    under that rule.
     ``confidence=c`` asks each constraint (a rate) to hold on new data with
     probability ``c``: Clopper-Pearson bounds as in :func:`metricc.best_threshold`;
     picking the best of many passes on the same data is a search too, so the
     ``s``-th pass is tested at ``(1 - c) / (s (s + 1))`` (these sum to ``1 - c`` over
     any number of passes), or at ``(1 - c) / passes`` when the number of passes is
-    given in advance (Bonferroni; more passes are then refused).
+    given in advance (Bonferroni; more passes are then refused). The tests are the same
+    for both ``keep`` rules: together they bound the chance that any certified pass
+    fails, whichever is kept.
     """
 
     def __init__(self, metric: Any, *, threshold: float = 0.5, confidence: float | None = None,
-                 passes: int | None = None, zero_division: float | None = None) -> None:
+                 passes: int | None = None, zero_division: float | None = None,
+                 keep: str = "best") -> None:
         self.metric = metric
         self.constraints = tuple(getattr(metric, "constraints", ()))
         if not self.constraints:
@@ -78,6 +98,7 @@ class BestFeasible:
             raise MetricError(f"passes must be a positive integer (how many passes will be "
                               f"judged) or None, got {passes!r}")
         self.threshold, self.passes, self.zero_division = float(threshold), passes, zero_division
+        self.keep = look_up_option("keep", keep, KEEPS)
         self.confidence = None if confidence is None else check_confidence(confidence)
         self._specs = ([rate_constraint(c) for c in self.constraints]
                        if self.confidence is not None else [])
@@ -97,7 +118,9 @@ class BestFeasible:
 
     def update(self, step: int, scores: Any, target: Any, state: Any = None) -> PassResult:
         """Judge one whole pass (every score and 0/1 target of it); keep a deep copy of
-        ``state`` (e.g. ``model.state_dict()``) when it is the best feasible pass so far."""
+        ``state`` (e.g. ``model.state_dict()``) when the pass is kept: feasible, and the best
+        so far (``keep="best"``) or simply the latest (``keep="latest"``, which copies the
+        state of every feasible pass)."""
         c = threshold_counts(scores, target)
         # the counts of ``score >= threshold``: the lowest candidate at or above it
         i = max(int(np.count_nonzero(c.thresholds >= self.threshold)) - 1, 0)
@@ -121,7 +144,8 @@ class BestFeasible:
         result = PassResult(int(step), value, rates, feasible and not math.isnan(value), bounds,
                             (tp, fp, fn, tn))
         self.history.append(result)
-        if result.feasible and (self.best is None or self._better(value, self.best.value)):
+        if result.feasible and (self.best is None or self.keep == "latest"
+                                or self._better(value, self.best.value)):
             self.best, self.best_state = result, copy.deepcopy(state)
         return result
 
@@ -134,8 +158,8 @@ class BestFeasible:
         return self.best is not None
 
     def result(self) -> PassResult:
-        """The best feasible pass, or a :class:`MetricError` saying that none was and how close
-        the passes came."""
+        """The kept feasible pass (best or latest, by ``keep``), or a :class:`MetricError`
+        saying that no pass was feasible and how close the passes came."""
         if self.best is not None:
             return self.best
         if not self.history:
