@@ -23,6 +23,9 @@ KAPPA = "1 - n * sum(i, j, W[i,j] * C[i,j]) / sum(i, j, W[i,j] * row(i) * col(j)
     ("TP/(TP+FP) + 1e19", {}),  # finite differences cannot resolve a gradient at 1e19
     ("1e-20*TP/(TP+FP)", {}),  # values near 1e-20
     ("TP/(TP+FP)*0.1", {}),
+    # the kernel writes e and e - 1 as float64 literals, each rounded: x**e/x and x**(e-1)
+    # then agree to float64's precision, not to 30 digits (it was reported FAILED)
+    ("(TP/(TP+FP))^0.1234567890123456789012345678901234567891", {}),
 ])
 def test_extreme_constants_verify(formula: str, params: dict[str, float]) -> None:
     report = metricc.compile(formula, **params).verify()
@@ -41,6 +44,18 @@ def test_relative_comparison_still_catches_small_differences() -> None:
     assert symbolic_equal(1e-25 * tp, 1e-25 * tp)[0]
     ok, how, cex = symbolic_equal(1e-25 * tp / (tp + 1), 1.0000001e-25 * tp / (tp + 1))
     assert not ok and how == "differs" and cex is not None
+
+
+def test_rounded_constants_are_compared_at_float64_precision_only() -> None:
+    from metricc.verify.proofs import ROUNDED_RELATIVE
+
+    x = sympy.Symbol("TP")
+    e = sympy.Rational(repr(0.12345678901234568))
+    rounded_apart = (x**e / x, x ** sympy.Rational(repr(float(e - 1))))  # as the kernel prints
+    assert not symbolic_equal(*rounded_apart)[0]  # 30 digits see the two roundings
+    assert symbolic_equal(*rounded_apart, relative=ROUNDED_RELATIVE)[0]
+    ok, how, _ = symbolic_equal(x**e / x, 1.000001 * x ** (e - 1), relative=ROUNDED_RELATIVE)
+    assert not ok and how == "differs"  # a real difference still shows
 
 
 def test_as_printed_rounds_only_what_the_printer_rounds() -> None:

@@ -26,6 +26,9 @@ __all__ = ["ExactNumbers", "as_printed", "equal_at_points", "run_symbolically", 
 MAX_PROOF_OPS = 600
 #: Two sides differ where they disagree past this share of their size (30-digit evaluation).
 RELATIVE = 1e-20
+#: The same where a side's constants were rounded to float64 literals as the kernel prints them
+#: (a 40-digit exponent): ``x**e / x`` and ``x**(e - 1)`` then agree to float64's precision only.
+ROUNDED_RELATIVE = 1e-12
 
 
 class ExactNumbers(ast.NodeTransformer):
@@ -167,16 +170,17 @@ def _decades(n: sympy.Number) -> int:
     return max(abs(e - 1), abs(e), abs(e + 1))
 
 
-def _differs(a: complex | None, b: complex | None, diff: complex | None) -> bool:
-    """``a - b`` is past :data:`RELATIVE` of the larger side (both evaluated to 30 digits)."""
+def _differs(a: complex | None, b: complex | None, diff: complex | None,
+             relative: float = RELATIVE) -> bool:
+    """``a - b`` is past ``relative`` of the larger side (both evaluated to 30 digits)."""
     if diff is None:
         return False  # undefined or overflowing there
     scale = max(abs(a) if a is not None else 0.0, abs(b) if b is not None else 0.0)
-    return abs(diff) > RELATIVE * scale if scale > 0 else abs(diff) > 1e-280
+    return abs(diff) > relative * scale if scale > 0 else abs(diff) > 1e-280
 
 
-def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
-                   points: int = 12) -> tuple[bool, str, dict[str, float] | None]:
+def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0, points: int = 12,
+                   relative: float = RELATIVE) -> tuple[bool, str, dict[str, float] | None]:
     """Whether ``a == b`` for all positive counts: ``(equal, how, counterexample)``.
 
     Evaluation to 30 digits at random rational points first (a cheap disproof
@@ -192,7 +196,7 @@ def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0,
     """
     base, other = rename(a, TO_POSITIVE), rename(b, TO_POSITIVE)
     diff = base - other
-    if (witness := _witness(base, other, seed, points)) is not None:
+    if (witness := _witness(base, other, seed, points, relative)) is not None:
         return False, "differs", witness
     sampled = f"equal at {points} random points to 30 digits"
     ops = sympy.count_ops(diff)
@@ -242,7 +246,8 @@ def equal_at_points(a: sympy.Expr, b: sympy.Expr, seed: int, prove: bool, points
     return True, f"equal at {points} random exact points", None
 
 
-def _witness(a: sympy.Expr, b: sympy.Expr, seed: int, points: int) -> dict[str, float] | None:
+def _witness(a: sympy.Expr, b: sympy.Expr, seed: int, points: int,
+             relative: float = RELATIVE) -> dict[str, float] | None:
     """A random exact point where ``a`` and ``b`` differ at the working precision, or None."""
     symbols = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
     rng = random.Random(seed)
@@ -253,6 +258,6 @@ def _witness(a: sympy.Expr, b: sympy.Expr, seed: int, points: int) -> dict[str, 
     for _ in range(points):
         at = _random_point(rng, symbols)
         pt = [at[s] for s in symbols]
-        if _differs(*evaluate_difference(f_a, f_b, pt, digits)):
+        if _differs(*evaluate_difference(f_a, f_b, pt, digits), relative):
             return {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
     return None
