@@ -60,7 +60,10 @@ FAMILIES = {"fractional power": ["^0.343", "^0.2401", "^0.117649", "nested ^0.7"
             "min/max": ["min of 400 args", "min of 6 args"],
             "binding chain": ["75-line chain", "100-line chain", "200-line chain", "15-line product chain",
                               "100-line product chain"],
-            "nesting": ["log 300 deep", "log 20 deep", "1/(1+...) 400 deep"]}
+            "nesting": ["log 300 deep", "log 20 deep", "1/(1+...) 400 deep"],
+            "K x K": ["quadratic_kappa", "min(multiclass_mcc, quadratic_kappa)",
+                      "min of three K x K metrics"],
+            "curve": ["auroc", "precision_at_recall", "partial_auroc"]}
 
 CASES = {
     "^0.343": "(TP/(TP+FP))^0.343",
@@ -97,6 +100,12 @@ CASES = {
     "log 20 deep": "log(" * 20 + "TP+3" + ")" * 20,
     "exp 20 deep": "exp(" * 20 + "TP/(TP+FP)" + ")" * 20,
     "1/(1+...) 400 deep": "1/(1 + " * 400 + "TP" + ")" * 400,
+    "quadratic_kappa": "quadratic_kappa",
+    "min(multiclass_mcc, quadratic_kappa)": "min(multiclass_mcc, quadratic_kappa)",
+    "min of three K x K metrics": "min(multiclass_mcc, quadratic_kappa, linear_kappa)",
+    "auroc": "auroc",
+    "precision_at_recall": "precision_at_recall",
+    "partial_auroc": "partial_auroc",
 }
 
 
@@ -125,7 +134,7 @@ def run_one(text: str) -> str:
         stage(f"compile {cpu() - t:.2f}")
         t = cpu()
         report = m.check()
-        stage(f"check {cpu() - t:.2f}{'*' if report.budget_spent else ''}")
+        stage(f"check {cpu() - t:.2f}{'*' if getattr(report, 'budget_spent', False) else ''}")  # K x K: no budget flag
         t = cpu()
         m.loss()
         stage(f"loss {cpu() - t:.2f}")

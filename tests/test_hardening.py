@@ -24,6 +24,7 @@ from script_loader import load_script
 import metricc
 from metricc.language.limits import MAX_ARGS, MAX_CALL_NESTING, MAX_TOKENS
 from metricc.language.parse import parse
+from metricc.matrix_metric import MatrixMetric
 from metricc.standalone_file import standalone_source
 
 #: Seconds of CPU time for compile + check + loss + verify of any accepted formula: a bound
@@ -49,9 +50,14 @@ def _pipeline(text: str) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", metricc.MetricWarning)
         loss = m.loss()
-    x = torch.rand(8, dtype=torch.float64, requires_grad=True)
-    loss(x, (torch.arange(8) % 2).double()).backward()
-    assert m.verify(raise_on_failure=False).checks
+    if isinstance(m, MatrixMetric):  # (N, K) logits and class indices
+        x = torch.rand(8, 3, dtype=torch.float64).softmax(1).requires_grad_()
+        loss(x, torch.arange(8) % 3).backward()
+    else:
+        x = torch.rand(8, dtype=torch.float64, requires_grad=True)
+        loss(x, (torch.arange(8) % 2).double()).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert m.verify(raise_on_failure=False).ok
     return "ok"
 
 
@@ -69,6 +75,9 @@ CASES = {
     "200-line binding chain": (chain(200), "refused"),
     # check() refused it after 13 s: SymPy's sign query of the sum sought its polynomial's roots
     "120-term sum": (long_sum(120), "ok"),
+    # K x K formulas: the same size rules (verifying a min() of three metrics took 14 s)
+    "min of two K x K metrics": ("min(multiclass_mcc, quadratic_kappa)", "ok"),
+    "min of three K x K metrics": ("min(multiclass_mcc, quadratic_kappa, linear_kappa)", "refused"),
     "log nested 300 deep": ("log(" * 300 + "TP+1" + ")" * 300, "refused"),
     "continued fraction 400 deep": ("1/(1 + " * 400 + "TP" + ")" * 400, "refused"),
     # issue 26: one SymPy call ran > 600 s (and to 6 GiB) before the analysis worker

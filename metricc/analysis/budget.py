@@ -231,6 +231,9 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callable[...
         # Terms in the tree's order, not sorted for display: sorting was most of the
         # printing time of a 200-term sum; at 30 digits the order of a sum changes nothing.
         printer=_GuardedPrinter({**_SETTINGS, "order": "none"}),
+        # no docstring: lambdify writes one with str(expr), sorted, for anything under
+        # 1000 nodes (2.5 s of verifying min(multiclass_mcc, quadratic_kappa))
+        docstring_limit=0,
     )
 
 
@@ -238,7 +241,7 @@ def float_evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callab
     """``expr`` as a function of ``symbols`` on Python floats (fast, for sampling)."""
     return sympy.lambdify(  # type: ignore[no-any-return]
         list(symbols), expr, modules=[{"_heaviside": _heaviside, **mpmath_functions()}, "math"],
-        printer=_FloatPrinter({**_SETTINGS, "order": "none"}),  # as evaluator()
+        printer=_FloatPrinter({**_SETTINGS, "order": "none"}), docstring_limit=0,  # as evaluator()
     )
 
 

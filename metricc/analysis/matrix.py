@@ -170,11 +170,22 @@ def entry_symbols(k: int) -> list[list[sympy.Symbol]]:
     return [[sympy.Symbol(f"C_{i}_{j}", nonnegative=True) for j in range(k)] for i in range(k)]
 
 
+#: Stand-ins for ``Min``/``Max`` while :func:`expand` writes sums out: SymPy would re-compare
+#: a min()'s arguments pairwise at every rebuild (most of verifying a min() of three metrics).
+_OPAQUE = {sympy.Min: sympy.Function("opaque_min"), sympy.Max: sympy.Function("opaque_max")}
+
+
 def expand(expr: sympy.Expr, k: int, matrices: dict[str, Any] | None = None
            ) -> tuple[sympy.Expr, list[list[sympy.Symbol]]]:
-    """``expr`` written out for ``K = k`` over the symbols of :func:`entry_symbols`."""
+    """``expr`` written out for ``K = k`` over the symbols of :func:`entry_symbols`.
+
+    ``min``/``max`` come back unevaluated (same values; their arguments are not compared).
+    """
     sym = entry_symbols(k)
-    e = expr.xreplace({K: sympy.Integer(k)}).doit()
+    e = expr
+    for kind, stand_in in _OPAQUE.items():
+        e = e.replace(kind, stand_in)
+    e = e.xreplace({K: sympy.Integer(k)}).doit()
     subs: dict[sympy.Expr, sympy.Expr] = {}
     for node in e.atoms(Indexed):
         i, j = (int(x) for x in node.indices)
@@ -183,5 +194,8 @@ def expand(expr: sympy.Expr, k: int, matrices: dict[str, Any] | None = None
         else:
             values = (matrices or {})[str(node.base)]
             subs[node] = sympy.nsimplify(values[i][j])
-    return e.xreplace(subs), sym
+    e = e.xreplace(subs)
+    for kind, stand_in in _OPAQUE.items():
+        e = e.replace(stand_in, lambda *args, kind=kind: kind(*args, evaluate=False))
+    return e, sym
 

@@ -112,7 +112,8 @@ def tame(expr: sympy.Expr) -> bool:
     return expansion_size(expr) <= TAME_TERMS
 
 
-def rename(expr: sympy.Expr, symbols: dict[sympy.Symbol, sympy.Symbol]) -> sympy.Expr:
+def rename(expr: sympy.Expr, symbols: dict[sympy.Symbol, sympy.Symbol],
+           also: tuple[type[sympy.Basic], ...] = ()) -> sympy.Expr:
     """``expr.xreplace(symbols)`` for a symbol-for-symbol map, without re-deciding ``min``/``max``.
 
     ``xreplace`` rebuilds every ``Min``/``Max`` node, and SymPy then compares its arguments
@@ -122,23 +123,27 @@ def rename(expr: sympy.Expr, symbols: dict[sympy.Symbol, sympy.Symbol]) -> sympy
     ordered and deduplicated); every other node is rebuilt as ``xreplace`` does, so
     ``Abs``, ``sign`` and ``Heaviside`` still use the new symbols' assumptions. A comparison
     the new assumptions alone decide (``Min(TP, 0)`` over positive ``TP``) stays unresolved,
-    which changes no value.
+    which changes no value. ``also``: more node types rebuilt so (``Heaviside``, whose
+    re-evaluation over plain symbols works out imaginary parts), for maps onto plain symbols.
 
     >>> x, p = sympy.Symbol("x"), sympy.Symbol("p", positive=True)
     >>> rename(sympy.Min(x, 1 / x) + abs(x), {x: p})
     p + Min(1/p, p)
     """
-    if not expr.has(sympy.Min, sympy.Max):
-        return expr.xreplace(symbols)
     # Symbols without assumptions decide nothing the old ones did not: no node around a
     # min() can simplify further (its sign() or Heaviside() queries are the slow part).
     plain = all(s == sympy.Symbol(s.name) for s in symbols.values())
+    if also and not plain:
+        raise ValueError("rename(also=...) needs a map onto symbols without assumptions")
+    kinds = (sympy.Min, sympy.Max, *also)
+    if not expr.has(*kinds):
+        return expr.xreplace(symbols)
     done: dict[sympy.Basic, sympy.Basic] = {}
 
     def go(e: sympy.Basic) -> sympy.Basic:
         if e in done:
             return done[e]
-        if not isinstance(e, (sympy.Min, sympy.Max)) and not e.has(sympy.Min, sympy.Max):
+        if not isinstance(e, kinds) and not e.has(*kinds):
             out = e.xreplace(symbols)
         else:
             args = []
@@ -146,7 +151,7 @@ def rename(expr: sympy.Expr, symbols: dict[sympy.Symbol, sympy.Symbol]) -> sympy
                 args.append(go(a))
             if all(a is b for a, b in zip(args, e.args, strict=True)):
                 out = e
-            elif isinstance(e, (sympy.Min, sympy.Max)) or plain:
+            elif isinstance(e, kinds) or plain:
                 out = _unevaluated(e, args)
             else:
                 out = e.func(*args)

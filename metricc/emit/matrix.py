@@ -14,6 +14,7 @@ import sympy
 from sympy import Indexed, KroneckerDelta, Sum
 
 from ..analysis.matrix import gradient, guard_matrix
+from ..analysis.size import rename as rename_symbols
 from ..errors import MetricError
 from ..language.matrix import ordered_dummies, share_sums
 from ..language.symbols import EPS, A, B, K, Present
@@ -71,7 +72,8 @@ def _kernel(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]],
     def rename(e: sympy.Expr) -> sympy.Expr:
         # Entries stay Indexed through cse: as plain symbols SymPy would see no index
         # in them and move them out of their sums.
-        e = e.xreplace(names).xreplace({K: sympy.Symbol("K")})
+        # without re-evaluating Heaviside and min/max nodes (seconds for a min() of two metrics)
+        e = rename_symbols(e, {**names, K: sympy.Symbol("K")}, also=(sympy.Heaviside,))
         for node in e.atoms(Indexed):
             i, j = node.indices
             entries[sympy.Symbol(f"{node.base}_{i}_{j}")] = (str(node.base), str(i), str(j))
