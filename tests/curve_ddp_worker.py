@@ -36,6 +36,8 @@ def make_data(world: int, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def run_case(name: str, world: int, rank: int, ddp: bool) -> list[tuple[torch.Tensor, ...]]:
+    from ddp_launch import record_steps
+
     from metricc.runtime.curve import CurveRelaxation, curve_pool, soft_curve
 
     relax = CurveRelaxation(bins=16, space="logit", clip=4.0)
@@ -44,19 +46,14 @@ def run_case(name: str, world: int, rank: int, ddp: bool) -> list[tuple[torch.Te
     base = torch.nn.Linear(FEATURES, 1).double()
     model = torch.nn.parallel.DistributedDataParallel(base) if ddp else base
     opt = torch.optim.SGD(base.parameters(), lr=0.5)
-    results = []
-    for step in range(STEPS):
-        x, y = make_data(world, step)[rank]
-        opt.zero_grad()
+
+    def step(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = make_data(world, i)[rank]
         scores = model(x).squeeze(-1)
-        scores.retain_grad()
         curve = soft_curve(scores, y, relax=relax, from_logits=True)
-        loss = 1 - soft_auroc(*(curve if pool is None else pool(curve)))
-        loss.backward()
-        results.append((loss.detach().clone(), scores.grad.clone(),
-                        *(p.grad.clone() for p in base.parameters())))
-        opt.step()
-    return results
+        return scores, 1 - soft_auroc(*(curve if pool is None else pool(curve)))
+
+    return record_steps(base.parameters(), opt, STEPS, step)
 
 
 

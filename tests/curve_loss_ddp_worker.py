@@ -58,6 +58,8 @@ def run_case(name: str, world: int, rank: int, ddp: bool, memory: bool = True
              ) -> list[tuple[torch.Tensor, ...]]:
     """``STEPS`` SGD steps; each step's ``(loss, score gradient, *parameter gradients)``
     (``memory=False``: the case without its ``memory_decay``)."""
+    from ddp_launch import record_steps
+
     import metricc
 
     metric, params, options = CASES[name]
@@ -70,19 +72,14 @@ def run_case(name: str, world: int, rank: int, ddp: bool, memory: bool = True
                                torch.nn.Linear(4, CLASSES if multiclass else 1)).double()
     model = torch.nn.parallel.DistributedDataParallel(base) if ddp else base
     opt = torch.optim.SGD(base.parameters(), lr=0.5)
-    results = []
-    for step in range(STEPS):
-        x, y, labels = make_data(world, step)[rank]
-        opt.zero_grad()
+
+    def step(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y, labels = make_data(world, i)[rank]
         scores = model(x)
         scores = scores if multiclass else scores.squeeze(-1)
-        scores.retain_grad()
-        value = loss_fn(scores, labels if multiclass else y)
-        value.backward()
-        results.append((value.detach().clone(), scores.grad.clone(),
-                        *(p.grad.clone() for p in base.parameters())))
-        opt.step()
-    return results
+        return scores, loss_fn(scores, labels if multiclass else y)
+
+    return record_steps(base.parameters(), opt, STEPS, step)
 
 
 

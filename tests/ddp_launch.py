@@ -48,6 +48,24 @@ def serve(results: Callable[[int, int], Any], timeout_s: float = 60) -> None:
     os._exit(0)
 
 
+def record_steps(params: Any, opt: Any, steps: int, step: Callable[[int], tuple[Any, Any]]
+                 ) -> list[tuple[Any, ...]]:
+    """``steps`` optimiser steps; each step's ``(loss, score gradient, *parameter gradients)``.
+
+    ``step(i)`` returns step ``i``'s ``(scores, loss)``; the gradients are read after
+    ``loss.backward()`` (DDP's averaged ones for the parameters) and before ``opt.step()``.
+    """
+    params, results = list(params), []
+    for i in range(steps):
+        opt.zero_grad()
+        scores, loss = step(i)
+        scores.retain_grad()
+        loss.backward()
+        results.append((loss.detach().clone(), scores.grad.clone(), *(p.grad.clone() for p in params)))
+        opt.step()
+    return results
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
