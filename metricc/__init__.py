@@ -6,6 +6,7 @@
 -2*TP/(FN + FP + 2*TP)**2
 """
 
+from .decisions import best_threshold
 from .errors import (
     MetricError,
     MetricSyntaxError,
@@ -14,7 +15,7 @@ from .errors import (
     UnknownNameError,
     VerificationError,
 )
-from .evaluate.threshold import ThresholdChoice, best_threshold
+from .evaluate.threshold import ThresholdChoice
 from .library import METRICS, NamedMetric
 from .metric import Metric, compile
 

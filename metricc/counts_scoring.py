@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import sympy
 
     from .constraints import Constraint
+    from .evaluate.objective import CountsObjective
     from .evaluate.stateful import StatefulMetric
     from .evaluate.threshold import ThresholdChoice
 
@@ -159,7 +160,7 @@ class CountsScoring:
     def best_threshold(self, scores: Any, target: Any, *, zero_division: float | None = None,
                        constraints: Sequence[str] | None = None,
                        confidence: float | None = None) -> ThresholdChoice:
-        """The threshold optimising this metric on held-out scores: :func:`metricc.evaluate.threshold.best_threshold`.
+        """The threshold optimising this metric on held-out scores: :func:`metricc.best_threshold`.
 
         Only thresholds meeting ``constraints`` (and the metric's own, when it was
         compiled with constraints) are candidates; with ``confidence=c``, only those whose
@@ -168,10 +169,26 @@ class CountsScoring:
         curve formula already ranges over thresholds (``best(f1)``). A target of one class
         gives a :class:`MetricWarning` (nothing to separate).
         """
-        from .evaluate.threshold import best_threshold
+        from .evaluate.threshold import choose_threshold
 
-        return best_threshold(self, scores, target, zero_division=zero_division,
-                              constraints=constraints, confidence=confidence)
+        return choose_threshold(self.decision_objective(constraints), scores, target,
+                                zero_division=zero_division, confidence=confidence)
+
+    def decision_objective(self, constraints: Iterable[str] | None = None) -> CountsObjective:
+        """This metric as the decision stage reads it: its exact value at counts, its direction
+        and its constraints (its own, then ``constraints``) as data.
+
+        What :func:`metricc.evaluate.threshold.choose_threshold` and
+        :class:`metricc.evaluate.operating.FeasiblePasses` take.
+        """
+        from .evaluate.objective import CountsBound, CountsObjective
+
+        own = tuple(self.constraints)
+        if constraints is not None:
+            own += tuple(self.parse_constraints(constraints))
+        bounds = tuple(CountsBound(c.text, c.metric.value, c.metric.expr, c.op, c.bound) for c in own)
+        return CountsObjective(self.name or self.text.strip(), self.value, self.higher_is_better,
+                               bounds)
 
 
 def stateful_module() -> Any:

@@ -185,8 +185,13 @@ class CurveMetric(Metric):
 
     def best_threshold(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Not applicable: a curve metric takes every threshold at once."""
-        raise MetricError("best_threshold applies to metrics at one threshold; a curve metric is over "
-                          "all of them (best(f) is the best value of f over thresholds)")
+        raise MetricError("best_threshold and BestFeasible apply to metrics at one threshold; a "
+                          "curve metric is over all of them (best(f) is the best value of f over "
+                          "thresholds)")
+
+    def decision_objective(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Not applicable, for the reason :meth:`best_threshold` gives (it raises it)."""
+        return self.best_threshold(*args, **kwargs)
 
     @checked_keywords(("num_labels", "num_classes", "ignore_index", "from_logits", *TORCHMETRICS_OPTIONS))
     def metric(self, *, thresholds: Any = None, average: str | None = "macro",  # type: ignore[override]

@@ -141,8 +141,12 @@ class MatrixMetric(Metric):
 
     def best_threshold(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Not applicable: a K x K metric scores the argmax over classes, not a threshold."""
-        raise MetricError("best_threshold applies to binary decisions; a K x K metric scores "
-                          "the argmax over classes")
+        raise MetricError("best_threshold and BestFeasible apply to binary decisions; a K x K "
+                          "metric scores the argmax over classes")
+
+    def decision_objective(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Not applicable, for the reason :meth:`best_threshold` gives (it raises it)."""
+        return self.best_threshold(*args, **kwargs)
 
     # --- symbolic --------------------------------------------------------------------------
     @property

@@ -101,7 +101,7 @@ def test_critical_counts_equal_scipy_bounds(lower):
 ])
 def test_rates_are_read_from_the_constraint_formula(text, num, den, lower, bound, monotone,
                                                     easiest_low):
-    c, = metricc.compile("f1").parse_constraints([text])
+    c, = metricc.compile("f1").decision_objective([text]).constraints
     r = conf.rate_constraint(c)
     assert (r.numerator, r.denominator, r.lower, r.monotone, r.easiest_low) == (
         num, den, lower, monotone, easiest_low)
@@ -140,7 +140,7 @@ def brute_force(objective: str, texts: list[str], s: np.ndarray, y: np.ndarray, 
     named = {"TP": cnt.tp, "FP": cnt.fp, "FN": cnt.fn, "TN": cnt.tn}
     m = metricc.compile(objective)
     ok = np.ones(cnt.thresholds.size, bool)
-    for con in m.parse_constraints(texts):
+    for con in m.decision_objective(texts).constraints:
         r = conf.rate_constraint(con)
         k = sum(named[x] for x in r.numerator)
         n = sum(named[x] for x in r.denominator)
@@ -254,7 +254,7 @@ def test_recall_holds_on_new_data_with_the_stated_confidence():
     threshold comes from the normal CDF (an infinite test set)."""
     rng = np.random.default_rng(2024)
     target, c, draws = 0.8, 0.9, 2000
-    spec = conf.rate_constraint(metricc.compile("f1").parse_constraints([f"recall >= {target}"])[0])
+    spec = conf.rate_constraint(metricc.compile("f1").decision_objective([f"recall >= {target}"]).constraints[0])
     met, met_plain, prec, prec_plain, rec, rec_plain = [], [], [], [], [], []
     for _ in range(4):  # 4 x 500 draws: bounded memory
         s, thresholds, counts = _simulate(rng, draws // 4, 300, 1500)
@@ -289,7 +289,7 @@ def test_precision_holds_on_new_data_with_bonferroni():
     validation sets of 2000 i.i.d. elements, 30 % positive; positives ~ N(2, 1)."""
     rng = np.random.default_rng(7)
     draws, n, pi, target, c = 400, 2000, 0.3, 0.8, 0.9
-    spec = conf.rate_constraint(metricc.compile("f1").parse_constraints([f"precision >= {target}"])[0])
+    spec = conf.rate_constraint(metricc.compile("f1").decision_objective([f"precision >= {target}"]).constraints[0])
     y = rng.random((draws, n)) < pi
     s = rng.normal(2.0 * y, 1.0)
     order = np.argsort(-s, axis=1)

@@ -14,7 +14,7 @@ from sklearn.metrics import precision_score, recall_score
 
 import metricc
 from metricc import MetricError
-from metricc.evaluate.operating import BestFeasible
+from metricc.decisions import BestFeasible
 
 M = metricc.compile("precision subject to recall >= 0.8")
 

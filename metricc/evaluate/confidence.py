@@ -48,6 +48,7 @@ import sympy
 from ..errors import MetricError
 from ..language.symbols import COUNTS
 from .clopper_pearson import beta_ppf, betainc, critical_count, lower_bound, tail, upper_bound
+from .objective import CountsBound
 
 __all__ = ["MAX_TESTS", "RateConstraint", "beta_ppf", "betainc", "bounds_at", "certified_thresholds",
            "certify", "check_confidence", "critical_count", "explain_infeasible", "lower_bound",
@@ -125,22 +126,22 @@ def _linear(e: sympy.Expr) -> tuple[tuple[str, ...], sympy.Expr] | None:
     return names, terms[0][1]
 
 
-def rate_constraint(constraint: Any) -> RateConstraint:
-    """The :class:`RateConstraint` of a :class:`metricc.constraints.Constraint`, or a
-    :class:`MetricError` when its metric is not a rate ``X / (X + Y)`` of counts.
+def rate_constraint(constraint: CountsBound) -> RateConstraint:
+    """The :class:`RateConstraint` of a constraint, or a :class:`MetricError` when its
+    left side is not a rate ``X / (X + Y)`` of counts.
 
     >>> import metricc
-    >>> c, = metricc.compile("f1").parse_constraints(["1 - recall <= 0.1"])
+    >>> c, = metricc.compile("f1").decision_objective(["1 - recall <= 0.1"]).constraints
     >>> r = rate_constraint(c)
     >>> r.numerator, r.elements, r.lower, r.bound, r.monotone, r.easiest_low
     (('FN',), 'positives', False, 0.1, True, True)
     """
-    expr = sympy.cancel(constraint.metric.expr)
+    expr = sympy.cancel(constraint.expr)
     num, den = sympy.fraction(expr)
     top, bottom = _linear(num), _linear(den)
     if top is None or bottom is None or not set(top[0]) < set(bottom[0]):
         raise MetricError(
-            f"confidence: constraint '{constraint.text}' is {constraint.metric.expr} "
+            f"confidence: constraint '{constraint.text}' is {constraint.expr} "
             f"{constraint.op} {constraint.bound:g}, not a rate of counts X/(X+Y) (X, Y sums of "
             "TP, FP, FN, TN, such as recall TP/(TP+FN), precision TP/(TP+FP), fpr FP/(FP+TN)); "
             "an exact confidence bound exists only for a rate. Write it as a rate, or pass "
@@ -250,9 +251,9 @@ def explain_infeasible(specs: Sequence[RateConstraint], counts: dict[str, np.nda
             "lower the confidence")
 
 
-def certified_thresholds(constraints: Sequence[Any], counts: dict[str, np.ndarray],
+def certified_thresholds(constraints: Sequence[CountsBound], counts: dict[str, np.ndarray],
                          confidence: Any) -> tuple[np.ndarray, Callable[[int], dict[str, float]]]:
-    """For :func:`metricc.threshold.best_threshold`: the thresholds (1-D counts) that meet every
+    """For :func:`metricc.best_threshold`: the thresholds (1-D counts) that meet every
     constraint with ``confidence`` on new data, and a function giving the bounds at one of them.
 
     Raises :class:`MetricError` for a bad ``confidence``, no constraints, a constraint that is

@@ -6,10 +6,12 @@ TensorFlow Constrained Optimization does, :class:`BestFeasible` scores each
 evaluation pass (a validation epoch) on its hard counts at the decision
 threshold, keeps the best objective among the passes that meet every
 constraint (or, with ``keep="latest"``, the most recent such pass), and keeps
-that pass's state (a deep copy of what you hand it).
+that pass's state (a deep copy of what you hand it). Users build it from a metric,
+as :class:`metricc.decisions.BestFeasible`; :class:`FeasiblePasses` is that judge on
+data (a :class:`~metricc.evaluate.objective.CountsObjective`).
 
 >>> import metricc
->>> from metricc.evaluate.operating import BestFeasible
+>>> from metricc.decisions import BestFeasible
 >>> keep = BestFeasible(metricc.compile("precision subject to recall >= 0.5"))
 >>> keep.update(0, [0.9, 0.2, 0.7, 0.1], [1, 1, 0, 0]).feasible      # recall 1/2, precision 1/2
 True
@@ -38,11 +40,12 @@ import numpy as np
 from ..errors import MetricError
 from ..runtime.options import look_up_option
 from .confidence import bounds_at, certify, check_confidence, rate_constraint
+from .objective import CountsObjective
 from .threshold import threshold_counts
 
-__all__ = ["KEEPS", "BestFeasible", "PassResult"]
+__all__ = ["KEEPS", "FeasiblePasses", "PassResult"]
 
-#: Which feasible pass :class:`BestFeasible` keeps: the best objective, or the most recent.
+#: Which feasible pass :class:`FeasiblePasses` keeps: the best objective, or the most recent.
 KEEPS = ("best", "latest")
 
 
@@ -62,10 +65,11 @@ class PassResult:
     counts: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
-class BestFeasible:
+class FeasiblePasses:
     """A pass that meets every constraint: the best by the objective, or the latest.
 
-    ``metric``: a :class:`metricc.Metric` compiled with constraints. ``threshold``:
+    ``objective``: a metric with constraints, as data
+    (:meth:`metricc.Metric.decision_objective`). ``threshold``:
     the decision threshold on the scores' scale (0.5 for probabilities, 0 for logits).
     ``keep``: ``"best"`` keeps the feasible pass with the best objective (ties: the
     earlier); ``"latest"`` keeps the most recent feasible pass, whatever its objective
@@ -82,11 +86,11 @@ class BestFeasible:
     fails, whichever is kept.
     """
 
-    def __init__(self, metric: Any, *, threshold: float = 0.5, confidence: float | None = None,
-                 passes: int | None = None, zero_division: float | None = None,
-                 keep: str = "best") -> None:
-        self.metric = metric
-        self.constraints = tuple(getattr(metric, "constraints", ()))
+    def __init__(self, objective: CountsObjective, *, threshold: float = 0.5,
+                 confidence: float | None = None, passes: int | None = None,
+                 zero_division: float | None = None, keep: str = "best") -> None:
+        self.objective = objective
+        self.constraints = objective.constraints
         if not self.constraints:
             raise MetricError("BestFeasible needs a metric compiled with constraints, e.g. "
                               "metricc.compile('precision subject to recall >= 0.9')")
@@ -125,14 +129,14 @@ class BestFeasible:
         # the counts of ``score >= threshold``: the lowest candidate at or above it
         i = max(int(np.count_nonzero(c.thresholds >= self.threshold)) - 1, 0)
         tp, fp, fn, tn = (int(a[i]) for a in (c.tp, c.fp, c.fn, c.tn))
-        value = float(self.metric.value(tp, fp, fn, tn, zero_division=math.nan))
+        value = float(self.objective.value(tp, fp, fn, tn, zero_division=math.nan))
         if math.isnan(value) and self.zero_division is not None:
             value = float(self.zero_division)
-        rates = {con.text: float(con.metric.value(tp, fp, fn, tn, zero_division=math.nan))
+        rates = {con.text: float(con.value(tp, fp, fn, tn, zero_division=math.nan))
                  for con in self.constraints}
         bounds: dict[str, float] = {}
         if self.confidence is None:
-            feasible = all(con.satisfied(rates[con.text]) for con in self.constraints)
+            feasible = all(bool(con.met(rates[con.text])) for con in self.constraints)
         else:
             one = {k: np.array([float(v)]) for k, v in zip(("TP", "FP", "FN", "TN"),
                                                           (tp, fp, fn, tn), strict=True)}
@@ -150,7 +154,7 @@ class BestFeasible:
         return result
 
     def _better(self, value: float, than: float) -> bool:
-        return value > than if self.metric.higher_is_better else value < than  # ties: the earlier
+        return value > than if self.objective.higher_is_better else value < than  # ties: the earlier
 
     @property
     def found(self) -> bool:

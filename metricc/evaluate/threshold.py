@@ -5,7 +5,7 @@ other ratios of linear counts, the Bayes-optimal classifier is a thresholded
 class probability (Koyejo et al., NeurIPS 2014), so re-picking the threshold on
 validation data is the standard companion of cross-entropy training, and what
 scikit-learn's ``TunedThresholdClassifierCV`` does on a grid of candidates.
-:func:`best_threshold` does it exactly: every distinct score is a candidate,
+:func:`choose_threshold` does it exactly: every distinct score is a candidate,
 the confusion counts at all of them come from one sort and four cumulative
 sums, and the metric is evaluated on all of them in one vectorised call.
 
@@ -20,28 +20,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import MetricError, MetricWarning
+from ..errors import MetricError, MetricWarning, outside_stacklevel
+from .objective import CountsBound, CountsObjective
 
-__all__ = ["ThresholdChoice", "ThresholdCounts", "best_threshold", "threshold_counts"]
-
-
-class Metric(Protocol):
-    """What :func:`best_threshold` needs of a :class:`metricc.Metric` (no import of it: no
-    import cycle)."""
-
-    name: str | None
-    text: str
-    higher_is_better: bool
-    constraints: tuple[Any, ...]
-
-    def parse_constraints(self, texts: Sequence[str]) -> tuple[Any, ...]: ...
-
-    def value(self, tp: Any = ..., fp: Any = ..., fn: Any = ..., tn: Any = ..., *,
-              zero_division: float | None = ...) -> Any: ...
+__all__ = ["ThresholdChoice", "ThresholdCounts", "choose_threshold",
+           "threshold_counts"]
 
 
 class ThresholdCounts(NamedTuple):
@@ -165,54 +152,19 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
     return ThresholdCounts(thresholds, tp, fp, fn, tn)
 
 
-def best_threshold(metric: Metric, scores: Any, target: Any, *,
-                   zero_division: float | None = None,
-                   constraints: Sequence[str] | None = None,
-                   confidence: float | None = None) -> ThresholdChoice:
-    """The threshold ``t`` that optimises ``metric`` for ``scores >= t`` against ``target``.
+def choose_threshold(objective: CountsObjective, scores: Any, target: Any, *,
+                     zero_division: float | None = None,
+                     confidence: float | None = None) -> ThresholdChoice:
+    """The threshold ``t`` that optimises ``objective`` for ``scores >= t`` against ``target``.
 
-    Maximises the metric (minimises it when ``metric.higher_is_better`` is
-    false) over every distinct score and one threshold just above the highest
-    score (no positive prediction), evaluated exactly on the hard counts.
-    Thresholds where the metric is undefined (``0/0``; precision with no
-    positive prediction) are not candidates, unless ``zero_division`` gives
-    them a value, as in :meth:`Metric.score`.
-
-    Ties: among thresholds with the best value (equal to 1e-12 relative), the
-    lowest wins, i.e. the most positive predictions, as scikit-learn's
-    ``TunedThresholdClassifierCV`` picks the first maximiser of its ascending
-    grid. The returned threshold is one of the scores themselves, so
-    ``metric.score(scores, target, threshold) == value`` exactly.
-
-    Binary only: ``scores`` are probabilities or logits (any shape, same as
-    ``target``), ``target`` holds 0 and 1.
-
-    Constraints (``["recall >= 0.9"]``, and those of a metric compiled with
-    constraints) restrict the candidates to thresholds whose hard predictions
-    meet every one (an undefined value, such as precision with no positive
-    prediction, does not). When no threshold meets them all, a
-    :class:`MetricError` says how far each got. See ``docs/constraints.md``.
-
-    ``confidence=c`` (``0 < c < 1``) keeps only thresholds whose constraints hold
-    *on new data from the same distribution* with probability at least ``c``:
-    every constraint must be a rate of counts (recall, specificity, FPR,
-    precision, ...), certified by an exact one-sided Clopper-Pearson bound,
-    with the search over thresholds corrected as in
-    :mod:`metricc.evaluate.confidence`. The result carries the bounds reached;
-    when no threshold is certified, a :class:`MetricError` says how many
-    validation elements a perfect rate would need.
+    The decision stage of :func:`metricc.best_threshold` (which documents the rules: the
+    candidates, ties, ``zero_division``, constraints and ``confidence``), on data: the
+    objective's value function and its :class:`CountsBound` constraints.
 
     >>> import metricc
-    >>> metricc.compile("fpr").best_threshold([0.2, 0.7, 0.9], [0, 1, 0])
-    ThresholdChoice(threshold=0.9000000000000001, value=0.0)
-    >>> metricc.compile("precision").best_threshold([0.9, 0.8, 0.7, 0.6, 0.2], [1, 1, 0, 1, 0],
-    ...                                             constraints=["recall >= 0.75"])
+    >>> o = metricc.compile("precision").decision_objective(["recall >= 0.75"])
+    >>> choose_threshold(o, [0.9, 0.8, 0.7, 0.6, 0.2], [1, 1, 0, 1, 0])
     ThresholdChoice(threshold=0.6, value=0.75)
-    >>> choice = metricc.compile("precision").best_threshold(
-    ...     [0.1 * i for i in range(40)], [0] * 10 + [1] * 30, constraints=["recall >= 0.9"],
-    ...     confidence=0.9)
-    >>> choice.threshold, round(choice.bounds["recall >= 0.9"], 4)
-    (1.0, 0.9261)
     """
     if zero_division is not None and (isinstance(zero_division, bool)
                                       or not isinstance(zero_division, (int, float))):
@@ -221,18 +173,18 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     _warn_single_class(c)
     import torch
 
-    values = metric.value(*(torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)),
+    values = objective.value(*(torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)),
                           zero_division=float("nan")).numpy()
     if zero_division is not None:
         values = np.where(np.isnan(values), float(zero_division), values)
-    feasible, bounds = _feasible(metric, constraints, c, confidence)
+    feasible, bounds = _feasible(objective.constraints, c, confidence)
     defined = np.flatnonzero(~np.isnan(values) & feasible)
     if defined.size == 0 and feasible.any():
         raise MetricError(
-            f"the metric {metric.name or metric.text.strip()!r} is undefined at every threshold "
+            f"the metric {objective.label!r} is undefined at every threshold "
             "on these scores (e.g. recall with no positive target); pass zero_division=<value>")
     v = values[defined]
-    best = v.max() if metric.higher_is_better else v.min()
+    best = v.max() if objective.higher_is_better else v.min()
     tol = 1e-12 * max(1.0, abs(best))
     # Candidates run from the highest threshold down: the last tied one is the lowest.
     i = defined[np.flatnonzero(np.abs(v - best) <= tol)[-1]]
@@ -248,24 +200,19 @@ def _warn_single_class(c: ThresholdCounts) -> None:
     if positives and negatives:
         return
     which = "positive (1)" if positives else "negative (0)"
-    # stacklevel 5: here, evaluate.best_threshold, Metric.best_threshold, its keyword check, user
     warnings.warn(f"best_threshold: every one of the {int(positives + negatives)} targets is "
                   f"{which}, so no threshold separates the classes and the one returned fits "
                   "this one class only; choose it on held-out data holding both classes",
-                  MetricWarning, stacklevel=5)
+                  MetricWarning, stacklevel=outside_stacklevel())
 
 
-def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts,
-              confidence: float | None = None
+def _feasible(own: Sequence[CountsBound], c: ThresholdCounts, confidence: float | None = None
               ) -> tuple[np.ndarray, Callable[[int], dict[str, float]] | None]:
-    """Which candidate thresholds meet the metric's constraints and ``extra`` (all when none),
-    and with ``confidence`` the function giving the bounds at a threshold.
+    """Which candidate thresholds meet every constraint of ``own`` (all when none), and with
+    ``confidence`` the function giving the bounds at a threshold.
 
     Raises :class:`MetricError` when none does.
     """
-    own = tuple(metric.constraints)
-    if extra is not None:
-        own += tuple(metric.parse_constraints(extra))
     if confidence is not None:
         from .confidence import certified_thresholds
 
@@ -279,10 +226,8 @@ def _feasible(metric: Metric, extra: Sequence[str] | None, c: ThresholdCounts,
     tensors = [torch.from_numpy(a) for a in (c.tp, c.fp, c.fn, c.tn)]
     reached = []
     for con in own:
-        h = con.metric.value(*tensors, zero_division=float("nan")).numpy()
-        # a relative tolerance: 0.9 computed as 9/10 of counts may round below 0.9
-        with np.errstate(invalid="ignore"):
-            ok &= con.sense * (h - con.bound) >= -1e-12 * max(1.0, abs(con.bound))
+        h = con.value(*tensors, zero_division=float("nan")).numpy()
+        ok &= con.met(h)
         finite = h[np.isfinite(h)]
         best = (finite.max() if con.sense > 0 else finite.min()) if finite.size else float("nan")
         reached.append(f"{con.text}: {'highest' if con.sense > 0 else 'lowest'} "

@@ -1,0 +1,93 @@
+"""Decisions from a compiled metric: the best threshold, and the best feasible pass.
+
+The facade's entry points to the decision stage (:mod:`metricc.evaluate.threshold`,
+:mod:`metricc.evaluate.operating`): each turns the :class:`~metricc.Metric` into data
+(:meth:`~metricc.Metric.decision_objective`) and hands that down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .evaluate.operating import FeasiblePasses
+from .evaluate.threshold import ThresholdChoice
+from .facade import Metric
+
+__all__ = ["BestFeasible", "best_threshold"]
+
+
+def best_threshold(metric: Metric, scores: Any, target: Any, *,
+                   zero_division: float | None = None,
+                   constraints: Sequence[str] | None = None,
+                   confidence: float | None = None) -> ThresholdChoice:
+    """The threshold ``t`` that optimises ``metric`` for ``scores >= t`` against ``target``.
+
+    Maximises the metric (minimises it when ``metric.higher_is_better`` is
+    false) over every distinct score and one threshold just above the highest
+    score (no positive prediction), evaluated exactly on the hard counts.
+    Thresholds where the metric is undefined (``0/0``; precision with no
+    positive prediction) are not candidates, unless ``zero_division`` gives
+    them a value, as in :meth:`Metric.score`.
+
+    Ties: among thresholds with the best value (equal to 1e-12 relative), the
+    lowest wins, i.e. the most positive predictions, as scikit-learn's
+    ``TunedThresholdClassifierCV`` picks the first maximiser of its ascending
+    grid. The returned threshold is one of the scores themselves, so
+    ``metric.score(scores, target, threshold) == value`` exactly.
+
+    Binary only: ``scores`` are probabilities or logits (any shape, same as
+    ``target``), ``target`` holds 0 and 1.
+
+    Constraints (``["recall >= 0.9"]``, and those of a metric compiled with
+    constraints) restrict the candidates to thresholds whose hard predictions
+    meet every one (an undefined value, such as precision with no positive
+    prediction, does not). When no threshold meets them all, a
+    :class:`MetricError` says how far each got. See ``docs/constraints.md``.
+
+    ``confidence=c`` (``0 < c < 1``) keeps only thresholds whose constraints hold
+    *on new data from the same distribution* with probability at least ``c``:
+    every constraint must be a rate of counts (recall, specificity, FPR,
+    precision, ...), certified by an exact one-sided Clopper-Pearson bound,
+    with the search over thresholds corrected as in
+    :mod:`metricc.evaluate.confidence`. The result carries the bounds reached;
+    when no threshold is certified, a :class:`MetricError` says how many
+    validation elements a perfect rate would need.
+
+    >>> import metricc
+    >>> metricc.compile("fpr").best_threshold([0.2, 0.7, 0.9], [0, 1, 0])
+    ThresholdChoice(threshold=0.9000000000000001, value=0.0)
+    >>> metricc.compile("precision").best_threshold([0.9, 0.8, 0.7, 0.6, 0.2], [1, 1, 0, 1, 0],
+    ...                                             constraints=["recall >= 0.75"])
+    ThresholdChoice(threshold=0.6, value=0.75)
+    >>> choice = metricc.compile("precision").best_threshold(
+    ...     [0.1 * i for i in range(40)], [0] * 10 + [1] * 30, constraints=["recall >= 0.9"],
+    ...     confidence=0.9)
+    >>> choice.threshold, round(choice.bounds["recall >= 0.9"], 4)
+    (1.0, 0.9261)
+    """
+    return metric.best_threshold(scores, target, zero_division=zero_division,
+                                 constraints=constraints, confidence=confidence)
+
+
+class BestFeasible(FeasiblePasses):
+    """A validation pass that meets every constraint of ``metric``: the best by the objective
+    (``keep="best"``), or the latest (``keep="latest"``).
+
+    ``metric``: a :class:`metricc.Metric` compiled with constraints; the options are those
+    of :class:`metricc.evaluate.operating.FeasiblePasses`, which judges the passes.
+
+    >>> import metricc
+    >>> keep = BestFeasible(metricc.compile("precision subject to recall >= 0.5"), keep="latest")
+    >>> keep.update(0, [0.9, 0.2, 0.7, 0.1], [1, 1, 0, 0], state={"w": 1}).feasible
+    True
+    >>> keep.best_state
+    {'w': 1}
+    """
+
+    def __init__(self, metric: Metric, *, threshold: float = 0.5, confidence: float | None = None,
+                 passes: int | None = None, zero_division: float | None = None,
+                 keep: str = "best") -> None:
+        self.metric = metric
+        super().__init__(metric.decision_objective(), threshold=threshold, confidence=confidence,
+                         passes=passes, zero_division=zero_division, keep=keep)
