@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from .analysis.curve_check import CurveCheckReport
     from .analysis.matrix_check import MatrixCheckReport
-    from .verify.counts import VerificationReport
+    from .verify.counts import CountsSubject, VerificationReport
 
 # emit (through SymPy's TorchPrinter) and evaluate import torch: they are imported where
 # first needed, so that `metricc grad`/`metricc list` never load torch.
@@ -340,6 +340,20 @@ class Metric(CountsScoring, ConstraintMethods):
             from .constraints import verify_constraints
 
             return verify_constraints(self, derivatives, options)
-        from .verify.counts import verify
+        from .verify.counts import verify_counts
 
-        return verify(self, derivatives=derivatives, **options)
+        return verify_counts(self.verify_subject(options.get("numeric", True)), derivatives,
+                             **options)
+
+    def verify_subject(self, numeric: bool = True) -> CountsSubject:
+        """This metric as :func:`metricc.verify.counts.verify_counts` reads it: data (the
+        formula, kernels, parameters, direction, the loss builder), not the facade.
+
+        ``numeric``: whether the numeric checks will run; only they need to know that the
+        metric ignores the predictions (``check()``, which costs an analysis).
+        """
+        from .verify.counts import CountsSubject
+
+        constant = numeric and not self.check().depends_on_predictions
+        return CountsSubject(self.expr, self.kernels_source, dict(self.parameters),
+                             self.higher_is_better, self.loss, constant=bool(constant))
