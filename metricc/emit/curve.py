@@ -30,15 +30,12 @@ _CURRENT = {s: sympy.Symbol(f"{s.name}0") for s in COUNTS.values()}
 _PAD = "torch.nn.functional.pad"
 
 
-def _allowed() -> set[str]:
-    return {*COUNTS, *(s.name for s in _CURRENT.values()), *(s.name for s in NEXT.values()),
-            *TOTALS, EPS.name, TAU.name, TAU_GATE.name}
-
-
 def _assignments(outputs: list[tuple[str, sympy.Expr]], prefix: str, anchor: str) -> list[str]:
     """``name = expression`` lines after one ``sympy.cse``; ``anchor`` is a tensor of the shape
     every line has (constants become tensors of that shape)."""
-    allowed = _allowed() | {n for n, _ in outputs} | {f"r{j}" for j in range(len(outputs) + 64)}
+    allowed = {*COUNTS, *(s.name for s in _CURRENT.values()), *(s.name for s in NEXT.values()),
+               *TOTALS, EPS.name, TAU.name, TAU_GATE.name, *(n for n, _ in outputs),
+               *(f"r{j}" for j in range(len(outputs) + 64))}
     check_emittable([e for _, e in outputs], allowed)
     kept, reduced = shared_subexpressions([e for _, e in outputs], prefix)
     printer = MetricPrinter()

@@ -18,11 +18,8 @@ from ..language.matrix import ordered_dummies, share_sums
 from ..language.symbols import EPS, A, B, K, Present
 from .printer import MetricPrinter, check_emittable
 
-# --- emission -------------------------------------------------------------------------------
-
-#: Kernel names and the runtime helpers they call.
+#: The kernels' names; both take ``(C, eps, *matrix parameters)``.
 MATRIX_KERNEL_NAMES = ("matrix_value", "matrix_and_gradient")
-
 
 
 def _uses_index(expr: sympy.Expr, sym: sympy.Symbol) -> bool:
