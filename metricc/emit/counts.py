@@ -7,10 +7,7 @@ only variables are ``TP FP FN TN eps`` and the ``x0, x1, ...`` of ``sympy.cse``)
 subclass of :class:`metricc.runtime.loss.MetricLoss`.
 """
 
-
 from __future__ import annotations
-
-import textwrap
 
 import sympy
 
@@ -69,6 +66,6 @@ def emit_kernels(expr: sympy.Expr) -> str:
         "The metric and its backward coefficients g1 = f_TP - f_FN, g0 = f_FP - f_TN.",
         [("value", guarded), ("g1", g1), ("g0", g0)],
     )
-    return textwrap.dedent(value) + "\n\n" + both
+    return value + "\n\n" + both
 
 
