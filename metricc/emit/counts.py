@@ -7,40 +7,24 @@ only variables are ``TP FP FN TN eps`` and the ``x0, x1, ...`` of ``sympy.cse``)
 subclass of :class:`metricc.runtime.loss.MetricLoss`.
 """
 
-
 from __future__ import annotations
-
-import textwrap
 
 import sympy
 
 from ..analysis.counts import backward_coefficients, guard
 from ..analysis.size import rename
-from ..errors import MetricError
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
-from .printer import MetricPrinter, shared_subexpressions
+from .printer import MetricPrinter, check_emittable, shared_subexpressions
 
 KERNEL_NAMES = ("metric_value", "metric_and_coefficients")
 _ALLOWED_NAMES = {*COUNTS, "eps"}
 
 
-def _check_emittable(exprs: list[sympy.Expr]) -> None:
-    for e in exprs:
-        extra = {s.name for s in e.free_symbols} - _ALLOWED_NAMES
-        if extra:
-            raise MetricError(
-                "cannot generate code: the formula still has free parameters "
-                f"{sorted(extra)}; give each a value"
-            )
-        if e.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
-            raise MetricError("cannot generate code: the formula is infinite or undefined everywhere")
-
-
 def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str:
     printer = MetricPrinter()
     exprs = [e for _, e in outputs]
-    _check_emittable(exprs)
+    check_emittable(exprs, _ALLOWED_NAMES, "infinite or undefined everywhere")
     temps, reduced = shared_subexpressions(exprs)
     for e in [*(t for _, t in temps), *reduced]:
         # cse multiplies constants out: 1e299*TP/(1e-299*FP + TP) needs 1e598.
@@ -82,6 +66,6 @@ def emit_kernels(expr: sympy.Expr) -> str:
         "The metric and its backward coefficients g1 = f_TP - f_FN, g0 = f_FP - f_TN.",
         [("value", guarded), ("g1", g1), ("g0", g0)],
     )
-    return textwrap.dedent(value) + "\n\n" + both
+    return value + "\n\n" + both
 
 

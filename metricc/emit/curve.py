@@ -15,11 +15,10 @@ from __future__ import annotations
 import sympy
 
 from ..analysis.curve import NEXT, TAU, TAU_GATE, OuterForm, PairTerm, PointTerm, local_form, outer_form
-from ..errors import MetricError
 from ..language.curve import TOTALS
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS
-from .printer import MetricPrinter, shared_subexpressions
+from .printer import MetricPrinter, check_emittable, shared_subexpressions
 
 __all__ = ["CURVE_KERNEL_NAMES", "emit_curve_kernels"]
 
@@ -31,22 +30,13 @@ _CURRENT = {s: sympy.Symbol(f"{s.name}0") for s in COUNTS.values()}
 _PAD = "torch.nn.functional.pad"
 
 
-def _allowed() -> set[str]:
-    return {*COUNTS, *(s.name for s in _CURRENT.values()), *(s.name for s in NEXT.values()),
-            *TOTALS, EPS.name, TAU.name, TAU_GATE.name}
-
-
 def _assignments(outputs: list[tuple[str, sympy.Expr]], prefix: str, anchor: str) -> list[str]:
     """``name = expression`` lines after one ``sympy.cse``; ``anchor`` is a tensor of the shape
     every line has (constants become tensors of that shape)."""
-    allowed = _allowed() | {n for n, _ in outputs} | {f"r{j}" for j in range(len(outputs) + 64)}
-    for _, e in outputs:
-        extra = {s.name for s in e.free_symbols} - allowed
-        if extra:
-            raise MetricError("cannot generate code: the formula still has free parameters "
-                              f"{sorted(extra)}; give each a value")
-        if e.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
-            raise MetricError("cannot generate code: the formula is undefined everywhere")
+    allowed = {*COUNTS, *(s.name for s in _CURRENT.values()), *(s.name for s in NEXT.values()),
+               *TOTALS, EPS.name, TAU.name, TAU_GATE.name, *(n for n, _ in outputs),
+               *(f"r{j}" for j in range(len(outputs) + 64))}
+    check_emittable([e for _, e in outputs], allowed)
     kept, reduced = shared_subexpressions([e for _, e in outputs], prefix)
     printer = MetricPrinter()
     lines = []

@@ -6,7 +6,6 @@ that axis, so one kernel serves every K (``docs/matrix.md``).
 
 from __future__ import annotations
 
-import keyword
 import re
 from typing import Any
 
@@ -15,16 +14,12 @@ from sympy import Indexed, KroneckerDelta, Sum
 
 from ..analysis.matrix import gradient, guard_matrix
 from ..analysis.size import rename as rename_symbols
-from ..errors import MetricError
 from ..language.matrix import ordered_dummies, share_sums
 from ..language.symbols import EPS, A, B, K, Present
-from .printer import MetricPrinter
+from .printer import MetricPrinter, check_emittable
 
-# --- emission -------------------------------------------------------------------------------
-
-#: Kernel names and the runtime helpers they call.
+#: The kernels' names; both take ``(C, eps, *matrix parameters)``.
 MATRIX_KERNEL_NAMES = ("matrix_value", "matrix_and_gradient")
-
 
 
 def _uses_index(expr: sympy.Expr, sym: sympy.Symbol) -> bool:
@@ -81,19 +76,12 @@ def _kernel(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]],
 
     renamed = [rename(e) for e in exprs]
     allowed = {"K", "eps", *(s.name for s in names.values()), "C", *matrix_params}
-    for e in renamed:
-        extra = {s.name for s in e.free_symbols if not isinstance(s, Indexed)} - allowed
-        if extra:
-            raise MetricError("cannot generate code: the formula still has free parameters "
-                              f"{sorted(extra)}; give each a value")
-        if e.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
-            raise MetricError("cannot generate code: the formula is undefined everywhere")
+    check_emittable(renamed, allowed)
     temps, reduced = sympy.cse(renamed, symbols=sympy.numbered_symbols("x"),
                                optimizations="basic")
     printer = _matrix_printer(axes)
     for s in [*names.values(), *entries]:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s.name) or keyword.iskeyword(s.name):
-            raise MetricError(f"internal: refusing to emit symbol {s.name!r}")
+        printer.doprint(s)  # they are written as they are: refused unless plain identifiers
     args = ", ".join(["C", "eps", *matrix_params])
     lines = [f"def {name}({args}):", f'    """{doc}"""', "    K = mx_size(C)",
              "    _zero = C.new_zeros(())"]

@@ -125,6 +125,19 @@ class MetricPrinter(TorchPrinter):
         return name
 
 
+def check_emittable(exprs: list[sympy.Expr], allowed: set[str],
+                    undefined: str = "undefined everywhere") -> None:
+    """Refuse kernel outputs naming anything outside ``allowed`` (a parameter given no value;
+    matrix entries ``C[i, j]`` are not names) or holding ``zoo``, ``nan`` or ``oo``."""
+    for e in exprs:
+        extra = {s.name for s in e.free_symbols if not isinstance(s, sympy.Indexed)} - allowed
+        if extra:
+            raise MetricError("cannot generate code: the formula still has free parameters "
+                              f"{sorted(extra)}; give each a value")
+        if e.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+            raise MetricError(f"cannot generate code: the formula is {undefined}")
+
+
 #: Operations in a kernel's outputs past which ``cse`` skips its "basic" preprocessing.
 LARGE_KERNEL_OPS = 600
 

@@ -53,11 +53,6 @@ def _imported_module(node: ast.ImportFrom, module: str) -> str:
     return ".".join([*parts, *(node.module.split(".") if node.module else [])])
 
 
-def _is_docstring(node: ast.stmt) -> bool:
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str))
-
-
 @dataclass(frozen=True)
 class _Pasted:
     """One runtime module as the file holds it."""
@@ -105,7 +100,7 @@ def _read(module: str, text: str, earlier: frozenset[str], name: str) -> _Pasted
     froms: dict[str, list[str]] = {}
     for i, node in enumerate(tree.body):
         span = set(range(node.lineno - 1, node.end_lineno or node.lineno))
-        if i == 0 and _is_docstring(node):
+        if i == 0 and ast.get_docstring(tree) is not None:
             drop |= span
         elif isinstance(node, ast.Import):
             drop |= span

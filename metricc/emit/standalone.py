@@ -157,12 +157,12 @@ def _wrap_code(source: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _string_attribute(name: str, text: str) -> str:
-    """``    name = "text"`` on one line, or split into implicitly joined pieces."""
-    one = f"    {name} = {literal(text)}\n"
-    if len(one) <= WIDTH + 1:
+def _attribute(name: str, value: Any) -> str:
+    """``    name = value`` on one line; a long string split into implicitly joined pieces."""
+    one = f"    {name} = {literal(value)}\n"
+    if not isinstance(value, str) or len(one) <= WIDTH + 1:
         return one
-    pieces = [text[i:i + 60] for i in range(0, len(text), 60)]
+    pieces = [value[i:i + 60] for i in range(0, len(value), 60)]
     return (f"    {name} = (\n" + "".join(f"        {literal(p)}\n" for p in pieces)
             + "    )\n")
 
@@ -190,12 +190,6 @@ def _signature(parameters: Sequence[inspect.Parameter], chosen: dict[str, Any]
         sig.append(f"        {text},")
         call.append(f"            {p.name}={p.name}," if kwonly else f"            {p.name},")
     return sig, call
-
-
-def _attribute(name: str, value: Any) -> str:
-    if isinstance(value, str):
-        return _string_attribute(name, value)
-    return f"    {name} = {literal(value)}\n"
 
 
 def _contents(class_name: str, base: str, modules: Sequence[str]) -> str:

@@ -40,7 +40,7 @@ from .counts import (
 from .distributed import CountPool, recomputing
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
-from .options import look_up_option
+from .options import check_number, look_up_option
 from .relax import Relaxation
 from .sigmoids import stable_sigmoid
 from .symbolic import host_gradient, host_row, host_values
@@ -243,18 +243,15 @@ class ConstrainedLoss(ConstraintState):
             raise err("constraints apply to one confusion matrix per batch: they need "
                       "mode='binary' and multidim_average='global' (got "
                       f"mode={objective.mode!r}, multidim_average={objective.multidim_average!r})")
-        for name, value in (("multiplier_lr", multiplier_lr), ("penalty", penalty),
-                            ("max_multiplier", max_multiplier)):
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or value < 0):
-                raise err(f"{name} must be a finite number >= 0, got {value!r}")
+        multiplier_lr, penalty, max_multiplier = (check_number(name, value) for name, value in (
+            ("multiplier_lr", multiplier_lr), ("penalty", penalty), ("max_multiplier", max_multiplier)))
         look_up_option("multiplier_rates", multiplier_rates, MULTIPLIER_RATES)
         self.objective = objective
         self.constraints = tuple(constraints)
         self.labels = tuple(c.label for c in self.constraints)
-        self.multiplier_lr = float(multiplier_lr)
-        self.penalty = float(penalty)
-        self.max_multiplier = float(max_multiplier)
+        self.multiplier_lr = multiplier_lr
+        self.penalty = penalty
+        self.max_multiplier = max_multiplier
         self.multiplier_rates = multiplier_rates
         k = len(self.constraints)
         self.register_buffer("multipliers", torch.zeros(k, dtype=torch.float64))
@@ -357,14 +354,13 @@ class ConstrainedLoss(ConstraintState):
 
     def _hard_counts(self, s: Tensor, y: Tensor, w: Tensor | None) -> Tensor:
         """The pooled ``(R, 4)`` counts of the hard predictions."""
-        with torch.no_grad():
-            work = wide_dtype(s.dtype)
-            hard = (s >= (0.0 if self.objective.from_logits else 0.5)).to(work)
-            counts = masked_counts(hard, y.to(work), None if w is None else w.to(work),
-                             overwrite=True)
-            if self.hard_pool is not None:
-                counts = self.hard_pool(counts)
-            return torch.stack(counts, -1)
+        work = wide_dtype(s.dtype)  # called under no_grad (row_losses)
+        hard = (s >= (0.0 if self.objective.from_logits else 0.5)).to(work)
+        counts = masked_counts(hard, y.to(work), None if w is None else w.to(work),
+                               overwrite=True)
+        if self.hard_pool is not None:
+            counts = self.hard_pool(counts)
+        return torch.stack(counts, -1)
 
     def _step(self, values: Tensor, lam: Tensor) -> None:
         """Record the values; in a training step, one projected ascent step on the multipliers."""

@@ -107,7 +107,3 @@ def sigmoid_both(z: Tensor) -> tuple[Tensor, Tensor]:
     positive = z >= 0
     return torch.where(positive, r, q), torch.where(positive, q, r)
 
-
-# The names before they were public (kept for code that imported them).
-_sigmoid_pair = sigmoid_pair
-_sigmoid_fused = sigmoid_fused
