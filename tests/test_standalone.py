@@ -233,6 +233,24 @@ def test_same_input_same_bytes() -> None:
     assert proc.stdout.decode("utf-8") == here
 
 
+MATRIX_NAMED = ("quadratic_kappa", "linear_kappa", "multiclass_mcc", "multiclass_balanced_accuracy")
+
+
+def test_matrix_files_do_not_depend_on_the_hash_seed() -> None:
+    """The K x K kernels list their matrix entries in name order, not in the order of a set."""
+    here = "".join(standalone_source(metricc.compile(f), warn_monotonicity=False)
+                   for f in MATRIX_NAMED)
+    script = ("import sys, metricc\nfrom metricc.standalone_file import standalone_source\n"
+              "for f in sys.argv[1:]:\n"
+              "    sys.stdout.write(standalone_source(metricc.compile(f), warn_monotonicity=False))\n")
+    for seed in ("1", "2", "5"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run([sys.executable, "-c", script, *MATRIX_NAMED], env=env,
+                              capture_output=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert proc.stdout.decode("utf-8") == here, f"PYTHONHASHSEED={seed}"
+
+
 def test_default_and_chosen_options() -> None:
     m = metricc.compile("balanced_accuracy")
     # one class-name rule: the standalone class is named as the in-process one

@@ -88,7 +88,8 @@ def _kernel(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]],
     for sym in names.values():
         if any(_uses_index(e, sym) for e in renamed):
             lines.append(f"    {sym} = mx_index(C, {dims}, {axes[sym.name]})")
-    for sym, (base, i, j) in entries.items():
+    # sorted: atoms() is a set, whose order changes with the hash seed between processes
+    for sym, (base, i, j) in sorted(entries.items(), key=lambda kv: kv[0].name):
         lines.append(f"    {sym} = mx_entry({base}, {dims}, {axes[i]}, {axes[j]})")
     for sym, e in temps:
         lines.append(f"    {sym} = {printer.doprint(e)}")
