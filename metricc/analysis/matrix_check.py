@@ -30,7 +30,8 @@ class MatrixSingularity:
         return f"{display(self.expr)} {self.relation}  ({self.reason})"
 
 
-def _singularities(expr: sympy.Expr) -> list[MatrixSingularity]:
+def singularities(expr: sympy.Expr) -> list[MatrixSingularity]:
+    """Where a K x K metric is undefined (division by 0, log of 0) or not real."""
     out: list[MatrixSingularity] = []
     seen: set[sympy.Expr] = set()
     for node in sympy.preorder_traversal(expr):
@@ -107,11 +108,6 @@ class MatrixCheckReport:
 _CHECK_SAMPLES = 240
 
 
-def singularities(expr: sympy.Expr) -> list[MatrixSingularity]:
-    """Where a K x K metric is undefined (division by 0, log of 0) or not real."""
-    return _singularities(expr)
-
-
 def check(expr: sympy.Expr, kernel: Callable[..., Any], params: Sequence[Any],
           num_classes: int | None, higher_is_better: bool) -> MatrixCheckReport:
     """Sample ``kernel`` (a loss class's ``matrix_and_gradient``) at random matrices.
@@ -159,6 +155,6 @@ def check(expr: sympy.Expr, kernel: Callable[..., Any], params: Sequence[Any],
                  "decreasing" if neg else "constant")
     if direction in ("increasing", "decreasing", "constant"):
         witness = None
-    return MatrixCheckReport(expr, tuple(_singularities(expr)), direction, _CHECK_SAMPLES,
+    return MatrixCheckReport(expr, tuple(singularities(expr)), direction, _CHECK_SAMPLES,
                              witness, (min(values), max(values)) if values else None,
                              higher_is_better)
