@@ -21,7 +21,8 @@ from .counts import Singularity, partials, singularities
 from .counts_sign import SIGN_SIZE_LIMIT, positive_form, proven_sign
 from .size import MAX_EXPANSION, expansion_size, tame
 
-__all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check", "move_directions", "wrong_way"]
+__all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "MoveVerdicts", "check", "move_directions",
+           "wrong_way"]
 
 #: The verdicts :func:`check` gives for the monotonicity in one count.
 DIRECTIONS = ("increasing", "decreasing", "constant", "mixed", "unknown")
@@ -67,8 +68,34 @@ class Monotonicity:
         return f"{self.direction} ({self.method})"
 
 
+class MoveVerdicts:
+    """What a loss's warning reads of a report: the verdicts along the moves (:data:`MOVES`),
+    shared by :class:`CheckReport` and :class:`metricc.analysis.counts_moves.MovesReport`."""
+
+    moves: dict[str, Monotonicity]
+    higher_is_better: bool | None
+
+    @property
+    def depends_on_predictions(self) -> bool:
+        """False when neither move changes the metric (``P/N``): its loss has zero gradient."""
+        return not self.moves or any(m.direction != "constant" for m in self.moves.values())
+
+    def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
+        """``{move: why}`` for each feasible move along which the metric goes against training.
+
+        Within a batch ``P`` and ``N`` are fixed, so the counts change only in pairs:
+        a positive's score rising turns an FN into a TP, a negative's turns a TN into
+        an FP. With ``higher_is_better`` the metric must not decrease along the first
+        (``f_TP - f_FN >= 0``) nor increase along the second (``f_FP - f_TN <= 0``);
+        the reverse when lower is better. ``mixed`` and ``unknown`` are not flagged:
+        they may be right in the region that matters.
+        """
+        return wrong_way(self.moves, self.higher_is_better if higher_is_better is None
+                         else higher_is_better)
+
+
 @dataclass(frozen=True)
-class CheckReport:
+class CheckReport(MoveVerdicts):
     """What :func:`check` found about a metric; ``str()`` formats it for people.
 
     ``lower``/``upper`` are bounds SymPy proved (``None`` when it could not);
@@ -94,24 +121,6 @@ class CheckReport:
     #: How the metric moves along the changes a batch allows (see :data:`MOVES`): keys
     #: ``"FN->TP"`` (a positive's score rises) and ``"TN->FP"`` (a negative's score rises).
     moves: dict[str, Monotonicity] = field(default_factory=dict)
-
-    @property
-    def depends_on_predictions(self) -> bool:
-        """False when neither move changes the metric (``P/N``): its loss has zero gradient."""
-        return not self.moves or any(m.direction != "constant" for m in self.moves.values())
-
-    def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
-        """``{move: why}`` for each feasible move along which the metric goes against training.
-
-        Within a batch ``P`` and ``N`` are fixed, so the counts change only in pairs:
-        a positive's score rising turns an FN into a TP, a negative's turns a TN into
-        an FP. With ``higher_is_better`` the metric must not decrease along the first
-        (``f_TP - f_FN >= 0``) nor increase along the second (``f_FP - f_TN <= 0``);
-        the reverse when lower is better. ``mixed`` and ``unknown`` are not flagged:
-        they may be right in the region that matters.
-        """
-        return wrong_way(self.moves, self.higher_is_better if higher_is_better is None
-                         else higher_is_better)
 
     def __str__(self) -> str:
         lines = [f"metric: {self.expr}"]
