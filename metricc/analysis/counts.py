@@ -13,7 +13,7 @@ import sympy
 
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
-from .budget import BudgetExceeded, bounded, limit, remaining, spent
+from .budget import BudgetExceeded, bounded, limit, remaining, spent, without_proofs
 from .guard import guard_node
 from .size import MAX_EXPANSION, common_denominator_size, derivative, expansion_size, rename, small_enough, tame
 
@@ -91,16 +91,6 @@ def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
     for k, d in out.items():
         check_constants(d, f"d/d{k} of the formula")
     return out
-
-
-def _plain_partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
-    with limit(0.0):  # simplify() gives up at once
-        return partials(expr)
-
-
-def _plain_undefined(expr: sympy.Expr) -> list[sympy.Expr]:
-    with limit(0.0):
-        return undefined_where(expr)
 
 
 def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
@@ -196,7 +186,7 @@ class Analysis:
         if found is not None:
             return found, not budget.exhausted
         # the plain derivatives, unsimplified
-        return bounded(_plain_partials, self.expr, seconds=4 * SIMPLIFY_SECONDS), False
+        return bounded(without_proofs, partials, self.expr, seconds=4 * SIMPLIFY_SECONDS), False
 
     @cached_property
     def undefined(self) -> list[sympy.Expr]:
@@ -205,7 +195,8 @@ class Analysis:
             return bounded(undefined_where, self.expr, seconds=4 * SIMPLIFY_SECONDS,  # type: ignore[no-any-return]
                            inline=tame(self.expr))
         except BudgetExceeded:  # without factoring denominators
-            return bounded(_plain_undefined, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
+            return bounded(without_proofs, undefined_where, self.expr,  # type: ignore[no-any-return]
+                           seconds=4 * SIMPLIFY_SECONDS)
 
 
 def analyse(expr: sympy.Expr) -> Analysis:
@@ -237,7 +228,6 @@ class Singularity:
 
     def __str__(self) -> str:
         return f"{self.text or f'{self.expr} {self.relation}'}  ({self.reason})"
-
 
 
 def _positive(e: sympy.Expr) -> sympy.Expr:

@@ -16,7 +16,7 @@ import sympy
 
 from ..errors import MetricError
 from ..language.symbols import COUNTS
-from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit
+from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit, without_proofs
 from .counts import Singularity, partials, singularities
 from .counts_sign import SIGN_SIZE_LIMIT, positive_form, proven_sign
 from .size import MAX_EXPANSION, expansion_size, tame
@@ -46,7 +46,6 @@ def _sample_points() -> list[tuple[float, float, float, float]]:
 
 
 _POINTS = _sample_points()
-
 
 
 @dataclass(frozen=True)
@@ -269,10 +268,6 @@ def _direction(k: str, d: sympy.Expr) -> Monotonicity:
     return Monotonicity(k, sampled, "sampled")
 
 
-def _monotonicity(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
-    return {k: _direction(k, gradient[k]) for k in COUNTS}
-
-
 def _bounds(expr: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None,
                                        tuple[float, float] | None]:
     fn = _evaluator(expr)
@@ -322,7 +317,7 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
             found = bounded(_findings, expr, gradient, inline=tame(expr))
         except BudgetExceeded:
             try:  # no proofs at all: sampled verdicts only
-                found = bounded(_sampled_findings, expr, gradient, seconds=2 * PROOF_SECONDS)
+                found = bounded(without_proofs, _findings, expr, gradient, seconds=2 * PROOF_SECONDS)
             except BudgetExceeded as e:
                 raise MetricError(f"check() could not analyse this formula: {e} "
                                   "(loss(..., warn_monotonicity=False) skips check())") from None
@@ -336,9 +331,5 @@ def _findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple
     gradient = partials(expr) if gradient is None else gradient
     undefined, rough = singularities(expr)
     lower, upper, sampled = _bounds(expr)
-    return undefined, rough, _monotonicity(gradient), lower, upper, sampled, move_directions(gradient)
-
-
-def _sampled_findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple[Any, ...]:
-    with limit(0.0):  # every proof gives up at once
-        return _findings(expr, gradient)
+    monotonicity = {k: _direction(k, gradient[k]) for k in COUNTS}
+    return undefined, rough, monotonicity, lower, upper, sampled, move_directions(gradient)

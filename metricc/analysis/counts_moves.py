@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..errors import MetricError
-from .budget import PROOF_SECONDS, BudgetExceeded, bounded, limit
+from .budget import PROOF_SECONDS, BudgetExceeded, bounded, limit, without_proofs
 from .counts_check import Monotonicity, MoveVerdicts, move_directions
 from .size import tame
 
@@ -31,11 +31,6 @@ class MovesReport(MoveVerdicts):
     higher_is_better: bool | None = None
     #: As in ``CheckReport``: some proofs ran out of time and those verdicts are sampled.
     budget_spent: bool = False
-
-
-def _sampled_moves(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
-    with limit(0.0):  # every proof gives up at once
-        return move_directions(gradient)
 
 
 def check_moves(expr: sympy.Expr, gradient: dict[str, sympy.Expr], *,
@@ -53,7 +48,7 @@ def check_moves(expr: sympy.Expr, gradient: dict[str, sympy.Expr], *,
             moves = bounded(move_directions, gradient, inline=tame(expr))
         except BudgetExceeded:
             try:
-                moves = bounded(_sampled_moves, gradient, seconds=2 * PROOF_SECONDS)
+                moves = bounded(without_proofs, move_directions, gradient, seconds=2 * PROOF_SECONDS)
             except BudgetExceeded as e:
                 raise MetricError(f"check() could not analyse this formula: {e} "
                                   "(loss(..., warn_monotonicity=False) skips check())") from None

@@ -162,7 +162,6 @@ class _RealAbs(sympy.Function):
         return sympy.sign(self.args[0])
 
 
-
 # --- expansion for a concrete K (verification, check and references) ------------------------
 
 def entry_symbols(k: int) -> list[list[sympy.Symbol]]:
