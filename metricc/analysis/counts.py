@@ -28,6 +28,7 @@ __all__ = [
     "backward_coefficients",
     "expansion_size",
     "guard",
+    "is_nonnegative",
     "partials",
     "simplify",
     "singularities",
@@ -93,19 +94,14 @@ def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
     return out
 
 
+def is_nonnegative(e: sympy.Expr) -> bool:
+    """Whether SymPy shows ``e >= 0`` for all nonnegative counts (``False``: not shown)."""
+    return bool(e.xreplace(TO_NONNEGATIVE).is_nonnegative)
+
+
 def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
-    """The zero-division policy of the relaxed loss (``docs/numerics.md``).
-
-    Every singular spot of the formula gets ``eps``, and nothing else changes:
-
-    * a denominator ``d`` (a negative power) that is ``>= 0`` for all
-      nonnegative counts becomes ``d + eps``;
-    * a denominator that can take either sign (``TPR - FPR``) becomes
-      ``d / (d**2 + eps**2)`` in place of ``1/d``: odd in ``d``, smooth, within
-      ``(eps/d)**2`` of ``1/d``, and bounded by ``1/(2 eps)`` (``d + eps`` would
-      itself vanish at ``d = -eps``);
-    * a root or log argument ``r`` becomes ``r + eps`` (finite derivative at 0),
-      and so does the base of a power with a variable exponent.
+    """The zero-division policy of the relaxed loss (:mod:`metricc.analysis.guard`,
+    ``docs/numerics.md``): every singular spot of the formula gets ``eps``, nothing else changes.
 
     The result is an ordinary SymPy expression, so its exact derivative is the
     backward pass; with ``eps = 0`` it is the metric again.
@@ -118,13 +114,10 @@ def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
     TP*(-FP + TP)/(eps**2 + (-FP + TP)**2)
     """
 
-    def nonnegative(e: sympy.Expr) -> bool:
-        return bool(e.xreplace(TO_NONNEGATIVE).is_nonnegative)
-
     def visit(e: sympy.Expr) -> sympy.Expr:
         if not e.args or not any(s.name in COUNTS for s in e.free_symbols):
             return e
-        return guard_node(e, [visit(a) for a in e.args], eps, nonnegative)
+        return guard_node(e, [visit(a) for a in e.args], eps, is_nonnegative)
 
     return visit(expr)
 
