@@ -98,10 +98,8 @@ class MatrixCheckReport:
         if self.sampled_range is not None:
             lines.append("range: sampled values {:.4g} .. {:.4g}".format(*self.sampled_range))
         direction = "higher is better" if self.higher_is_better else "lower is better"
-        if self.wrong_way():
-            lines.append(f"as a loss ({direction}): TRAINS THE WRONG WAY")
-        else:
-            lines.append(f"as a loss ({direction}): no feasible move trains the wrong way")
+        lines.append(f"as a loss ({direction}): " + ("TRAINS THE WRONG WAY" if self.wrong_way()
+                                                     else "no feasible move trains the wrong way"))
         return "\n".join(lines)
 
 
