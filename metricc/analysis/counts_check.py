@@ -8,6 +8,7 @@ on a slow machine a verdict may be sampled where a fast one proves it. SymPy onl
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -22,7 +23,7 @@ from .counts_sign import SIGN_SIZE_LIMIT, positive_form, proven_sign
 from .size import MAX_EXPANSION, expansion_size, tame
 
 __all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "MoveVerdicts", "check", "move_directions",
-           "wrong_way"]
+           "proved_or_sampled", "wrong_way"]
 
 #: The verdicts :func:`check` gives for the monotonicity in one count.
 DIRECTIONS = ("increasing", "decreasing", "constant", "mixed", "unknown")
@@ -312,18 +313,25 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
     if extra:
         raise MetricError(f"check() needs a formula over TP, FP, FN, TN only; give values to "
                           f"{', '.join(sorted(extra))}")
-    with limit() as budget:  # proofs give up after PROOF_SECONDS; verdicts fall back to samples
+    found, exhausted = proved_or_sampled(_findings, expr, gradient, inline=tame(expr))
+    undefined, rough, monotonicity, lower, upper, sampled, moves = found
+    return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled, higher_is_better,
+                       exhausted, moves)
+
+
+def proved_or_sampled(fn: Callable[..., Any], *args: Any, inline: bool) -> tuple[Any, bool]:
+    """``(fn(*args), whether the proofs ran out of time)`` for ``check()`` and ``check_moves()``:
+    proofs within :data:`PROOF_SECONDS`, else the sampled verdicts only."""
+    with limit() as budget:
         try:  # in a worker that is stopped if one SymPy call runs away
-            found = bounded(_findings, expr, gradient, inline=tame(expr))
+            found = bounded(fn, *args, inline=inline)
         except BudgetExceeded:
             try:  # no proofs at all: sampled verdicts only
-                found = bounded(without_proofs, _findings, expr, gradient, seconds=2 * PROOF_SECONDS)
+                found = bounded(without_proofs, fn, *args, seconds=2 * PROOF_SECONDS)
             except BudgetExceeded as e:
                 raise MetricError(f"check() could not analyse this formula: {e} "
                                   "(loss(..., warn_monotonicity=False) skips check())") from None
-    undefined, rough, monotonicity, lower, upper, sampled, moves = found
-    return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled, higher_is_better,
-                       budget.exhausted, moves)
+    return found, budget.exhausted
 
 
 def _findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple[Any, ...]:

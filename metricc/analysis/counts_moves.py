@@ -15,9 +15,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from ..errors import MetricError
-from .budget import PROOF_SECONDS, BudgetExceeded, bounded, limit, without_proofs
-from .counts_check import Monotonicity, MoveVerdicts, move_directions
+from .counts_check import Monotonicity, MoveVerdicts, move_directions, proved_or_sampled
 from .size import tame
 
 __all__ = ["MovesReport", "check_moves"]
@@ -43,13 +41,5 @@ def check_moves(expr: sympy.Expr, gradient: dict[str, sympy.Expr], *,
     >>> check_moves(f1, partials(f1)).moves["TN->FP"]
     Monotonicity(count='TN->FP', direction='decreasing', method='symbolic')
     """
-    with limit() as budget:  # as check(): proofs within PROOF_SECONDS, else sampled verdicts
-        try:
-            moves = bounded(move_directions, gradient, inline=tame(expr))
-        except BudgetExceeded:
-            try:
-                moves = bounded(without_proofs, move_directions, gradient, seconds=2 * PROOF_SECONDS)
-            except BudgetExceeded as e:
-                raise MetricError(f"check() could not analyse this formula: {e} "
-                                  "(loss(..., warn_monotonicity=False) skips check())") from None
-    return MovesReport(moves, higher_is_better, budget.exhausted)
+    moves, exhausted = proved_or_sampled(move_directions, gradient, inline=tame(expr))
+    return MovesReport(moves, higher_is_better, exhausted)
