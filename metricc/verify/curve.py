@@ -99,11 +99,6 @@ def expanded(expr: sympy.Expr, T: int, tp: list[sympy.Symbol], fp: list[sympy.Sy
                          lambda e: 1 / (e.base + eps)) if expr.has(sympy.Symbol("P")) else outer
 
 
-def _rational(expr: sympy.Expr) -> bool:
-    """Whether every reduction is a plain area or steps (the metric a rational function)."""
-    return all(isinstance(n, (Area, Steps)) for n in reductions(expr))
-
-
 def prove_gradient(expr: sympy.Expr, source: str, T: int, seed: int = 0) -> tuple[bool, str]:
     """Whether the value and gradient of ``source`` equal SymPy's for ``T`` thresholds:
     ``(ok, how)``; symbolic (``cancel``) for rational metrics, else at exact rational points."""
@@ -117,7 +112,7 @@ def prove_gradient(expr: sympy.Expr, source: str, T: int, seed: int = 0) -> tupl
     want = expanded(expr, T, tp, fp, P, N, eps, tau, tau_g)
     pairs = [(value[0], want)] + [(dtp[0][k], sympy.diff(want, tp[k])) for k in range(T)]
     pairs += [(dfp[0][k], sympy.diff(want, fp[k])) for k in range(T)]
-    rational = _rational(expr)
+    rational = all(isinstance(n, (Area, Steps)) for n in reductions(expr))  # a rational function
     rng = np.random.default_rng(seed + T)
     for got, ref in pairs:
         if rational and sympy.cancel(sympy.together(got - ref)) != 0:
