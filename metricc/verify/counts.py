@@ -123,15 +123,15 @@ def _reference_loss(metric: CountsSubject, relax: Any, eps: float, from_logits: 
         return 1 / (1 + torch.exp(-z))
 
     def loss(x: Any, y: Any) -> Any:
-        a = relax(x, from_logits, sigmoid=sigmoid)
-        TP = (y * a).sum()
-        FN = (y * (1 - a)).sum()
-        FP = ((1 - y) * a).sum()
-        TN = ((1 - y) * (1 - a)).sum()
-        value = fn_metric(TP, FP, FN, TN)
+        value = fn_metric(*_plain_counts(y, relax(x, from_logits, sigmoid=sigmoid)))
         return 1 - value if metric.higher_is_better else value
 
     return loss
+
+
+def _plain_counts(y: Any, a: Any, *dims: Any) -> tuple[Any, Any, Any, Any]:
+    """``(TP, FP, FN, TN)`` of soft predictions ``a`` as four plain sums (over ``dims``, else all)."""
+    return (y * a).sum(*dims), ((1 - y) * a).sum(*dims), (y * (1 - a)).sum(*dims), ((1 - y) * (1 - a)).sum(*dims)
 
 
 @functools.lru_cache(maxsize=8)
@@ -253,10 +253,7 @@ def _class_numeric_checks(metric: CountsSubject, report: VerificationReport, see
             def reference(x: Any, _target: Any, fl: bool = from_logits) -> Any:
                 q = torch.exp(x / temperature) if fl else x ** (1 / temperature)
                 a = q / q.sum(1, keepdim=True)  # the definition, differentiated by autograd
-                y = onehot
-                tp, fp = (y * a).sum((0, 2)), ((1 - y) * a).sum((0, 2))
-                fn, tn = (y * (1 - a)).sum((0, 2)), ((1 - y) * (1 - a)).sum((0, 2))
-                value = fn_metric(tp, fp, fn, tn).mean()
+                value = fn_metric(*_plain_counts(onehot, a, (0, 2))).mean()
                 return 1 - value if metric.higher_is_better else value
 
             # the autograd backward equals the reference: finite differences check the
