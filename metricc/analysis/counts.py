@@ -35,9 +35,6 @@ __all__ = [
     "undefined_where",
 ]
 
-_ORDER = tuple(COUNTS)
-
-
 #: Above this many operations even ``together`` is skipped (seconds per call).
 MAX_OPS = 300
 #: CPU seconds one :func:`simplify` may take (in a worker, :func:`metricc.analysis.budget.bounded`).
@@ -131,7 +128,7 @@ def backward_coefficients(
     ``y_i = 0``) in opposite directions, so these two numbers per confusion matrix
     are all the backward pass needs (``docs/architecture.md``).
     """
-    tp, fp, fn, tn = ((symbols or {}).get(COUNTS[k], COUNTS[k]) for k in _ORDER)
+    tp, fp, fn, tn = ((symbols or {}).get(s, s) for s in COUNTS.values())
     g1 = derivative(expr, tp) - derivative(expr, fn)
     g0 = derivative(expr, fp) - derivative(expr, tn)
     return g1, g0
