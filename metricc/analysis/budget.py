@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import mpmath
@@ -72,12 +73,10 @@ MEMORY_BYTES = 2 << 30
 _MAX_EFOLDS = 10_000
 
 
+@dataclass(slots=True, eq=False)
 class _Deadline:
-    __slots__ = ("at", "exhausted")
-
-    def __init__(self, at: float) -> None:
-        self.at = at
-        self.exhausted = False
+    at: float
+    exhausted: bool = False
 
 
 _CURRENT: ContextVar[_Deadline | None] = ContextVar("metricc_deadline", default=None)
