@@ -21,6 +21,7 @@ import sympy
 from ..analysis.counts import guard
 from ..errors import MetricError
 from ..language.curve import Area, AreaWithin, Best, BestWhere, CurveReduction, Steps, reductions
+from ..language.functions import TORCH_CALLS
 from . import proofs
 from .report import Check, VerificationReport, finish
 
@@ -43,13 +44,9 @@ def sympy_torch() -> SimpleNamespace:
         return np.concatenate([zeros[0], x, zeros[1]], axis=-1)
 
     def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:
-        if min is not None:
-            x = _vectorised(lambda e: sympy.Max(e, sympy.nsimplify(min)))(x)
-        if max is not None:
-            x = _vectorised(lambda e: sympy.Min(e, sympy.nsimplify(max)))(x)
-        return x
+        return _vectorised(lambda e: TORCH_CALLS["clamp"].sympy(e, min, max))(x)
 
-    sigmoid = _vectorised(lambda z: 1 / (1 + sympy.exp(-z)))
+    sigmoid = _vectorised(TORCH_CALLS["sigmoid"].sympy)  # the function table's stand-ins
     functional = SimpleNamespace(pad=pad, logsigmoid=_vectorised(lambda z: -sympy.log(1 + sympy.exp(-z))))
     return SimpleNamespace(
         sum=lambda x, dim: np.sum(x, axis=dim), softmax=softmax, sigmoid=sigmoid, clamp=clamp,
