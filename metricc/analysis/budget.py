@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import mpmath
@@ -55,6 +56,7 @@ __all__ = [
     "limit",
     "remaining",
     "spent",
+    "without_proofs",
 ]
 
 #: Seconds one metric's symbolic proofs may take in ``check()`` (and in
@@ -71,12 +73,10 @@ MEMORY_BYTES = 2 << 30
 _MAX_EFOLDS = 10_000
 
 
+@dataclass(slots=True, eq=False)
 class _Deadline:
-    __slots__ = ("at", "exhausted")
-
-    def __init__(self, at: float) -> None:
-        self.at = at
-        self.exhausted = False
+    at: float
+    exhausted: bool = False
 
 
 _CURRENT: ContextVar[_Deadline | None] = ContextVar("metricc_deadline", default=None)
@@ -115,6 +115,13 @@ def spent() -> bool:
         deadline.exhausted = True
         return True
     return False
+
+
+def without_proofs(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` under a :func:`limit` of 0: every proof gives up at once (sampled verdicts,
+    unsimplified forms), for the fallback once the proofs ran out of budget."""
+    with limit(0.0):
+        return fn(*args)
 
 
 def remaining(default: float = PROOF_SECONDS) -> float:

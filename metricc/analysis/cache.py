@@ -199,7 +199,9 @@ def _build(t: Any, bound: list[Any]) -> Any:
 
 # --- values: reports, containers, numbers -----------------------------------------------------
 
-def _reports() -> dict[str, type[Any]]:
+@lru_cache(maxsize=1)
+def _report_classes() -> dict[str, type[Any]]:
+    # imported on first use: the check modules import this stage's others
     from .counts import Singularity
     from .counts_check import CheckReport, Monotonicity
     from .counts_moves import MovesReport
@@ -208,15 +210,6 @@ def _reports() -> dict[str, type[Any]]:
 
     return {c.__name__: c for c in (Singularity, CheckReport, Monotonicity, MatrixCheckReport,
                                     MatrixSingularity, CurveCheckReport, MovesReport)}
-
-
-_REPORTS: dict[str, type[Any]] = {}
-
-
-def _report_classes() -> dict[str, type[Any]]:
-    if not _REPORTS:  # imported on first use: the check modules import this stage's others
-        _REPORTS.update(_reports())
-    return _REPORTS
 
 
 def encode(value: Any, own: Any = None) -> Any:

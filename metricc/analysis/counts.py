@@ -13,7 +13,7 @@ import sympy
 
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, FROM_POSITIVE, TO_NONNEGATIVE, TO_POSITIVE
-from .budget import BudgetExceeded, bounded, limit, remaining, spent
+from .budget import BudgetExceeded, bounded, limit, remaining, spent, without_proofs
 from .guard import guard_node
 from .size import MAX_EXPANSION, common_denominator_size, derivative, expansion_size, rename, small_enough, tame
 
@@ -28,14 +28,12 @@ __all__ = [
     "backward_coefficients",
     "expansion_size",
     "guard",
+    "is_nonnegative",
     "partials",
     "simplify",
     "singularities",
     "undefined_where",
 ]
-
-_ORDER = tuple(COUNTS)
-
 
 #: Above this many operations even ``together`` is skipped (seconds per call).
 MAX_OPS = 300
@@ -93,29 +91,14 @@ def partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
     return out
 
 
-def _plain_partials(expr: sympy.Expr) -> dict[str, sympy.Expr]:
-    with limit(0.0):  # simplify() gives up at once
-        return partials(expr)
-
-
-def _plain_undefined(expr: sympy.Expr) -> list[sympy.Expr]:
-    with limit(0.0):
-        return undefined_where(expr)
+def is_nonnegative(e: sympy.Expr) -> bool:
+    """Whether SymPy shows ``e >= 0`` for all nonnegative counts (``False``: not shown)."""
+    return bool(e.xreplace(TO_NONNEGATIVE).is_nonnegative)
 
 
 def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
-    """The zero-division policy of the relaxed loss (``docs/numerics.md``).
-
-    Every singular spot of the formula gets ``eps``, and nothing else changes:
-
-    * a denominator ``d`` (a negative power) that is ``>= 0`` for all
-      nonnegative counts becomes ``d + eps``;
-    * a denominator that can take either sign (``TPR - FPR``) becomes
-      ``d / (d**2 + eps**2)`` in place of ``1/d``: odd in ``d``, smooth, within
-      ``(eps/d)**2`` of ``1/d``, and bounded by ``1/(2 eps)`` (``d + eps`` would
-      itself vanish at ``d = -eps``);
-    * a root or log argument ``r`` becomes ``r + eps`` (finite derivative at 0),
-      and so does the base of a power with a variable exponent.
+    """The zero-division policy of the relaxed loss (:mod:`metricc.analysis.guard`,
+    ``docs/numerics.md``): every singular spot of the formula gets ``eps``, nothing else changes.
 
     The result is an ordinary SymPy expression, so its exact derivative is the
     backward pass; with ``eps = 0`` it is the metric again.
@@ -128,13 +111,10 @@ def guard(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
     TP*(-FP + TP)/(eps**2 + (-FP + TP)**2)
     """
 
-    def nonnegative(e: sympy.Expr) -> bool:
-        return bool(e.xreplace(TO_NONNEGATIVE).is_nonnegative)
-
     def visit(e: sympy.Expr) -> sympy.Expr:
         if not e.args or not any(s.name in COUNTS for s in e.free_symbols):
             return e
-        return guard_node(e, [visit(a) for a in e.args], eps, nonnegative)
+        return guard_node(e, [visit(a) for a in e.args], eps, is_nonnegative)
 
     return visit(expr)
 
@@ -148,7 +128,7 @@ def backward_coefficients(
     ``y_i = 0``) in opposite directions, so these two numbers per confusion matrix
     are all the backward pass needs (``docs/architecture.md``).
     """
-    tp, fp, fn, tn = ((symbols or {}).get(COUNTS[k], COUNTS[k]) for k in _ORDER)
+    tp, fp, fn, tn = ((symbols or {}).get(s, s) for s in COUNTS.values())
     g1 = derivative(expr, tp) - derivative(expr, fn)
     g0 = derivative(expr, fp) - derivative(expr, tn)
     return g1, g0
@@ -196,7 +176,7 @@ class Analysis:
         if found is not None:
             return found, not budget.exhausted
         # the plain derivatives, unsimplified
-        return bounded(_plain_partials, self.expr, seconds=4 * SIMPLIFY_SECONDS), False
+        return bounded(without_proofs, partials, self.expr, seconds=4 * SIMPLIFY_SECONDS), False
 
     @cached_property
     def undefined(self) -> list[sympy.Expr]:
@@ -205,7 +185,8 @@ class Analysis:
             return bounded(undefined_where, self.expr, seconds=4 * SIMPLIFY_SECONDS,  # type: ignore[no-any-return]
                            inline=tame(self.expr))
         except BudgetExceeded:  # without factoring denominators
-            return bounded(_plain_undefined, self.expr, seconds=4 * SIMPLIFY_SECONDS)  # type: ignore[no-any-return]
+            return bounded(without_proofs, undefined_where, self.expr,  # type: ignore[no-any-return]
+                           seconds=4 * SIMPLIFY_SECONDS)
 
 
 def analyse(expr: sympy.Expr) -> Analysis:
@@ -237,7 +218,6 @@ class Singularity:
 
     def __str__(self) -> str:
         return f"{self.text or f'{self.expr} {self.relation}'}  ({self.reason})"
-
 
 
 def _positive(e: sympy.Expr) -> sympy.Expr:

@@ -8,6 +8,7 @@ on a slow machine a verdict may be sampled where a fast one proves it. SymPy onl
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -16,12 +17,13 @@ import sympy
 
 from ..errors import MetricError
 from ..language.symbols import COUNTS
-from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit
+from .budget import PROOF_SECONDS, BudgetExceeded, bounded, evaluate, evaluator, float_evaluator, limit, without_proofs
 from .counts import Singularity, partials, singularities
 from .counts_sign import SIGN_SIZE_LIMIT, positive_form, proven_sign
 from .size import MAX_EXPANSION, expansion_size, tame
 
-__all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "check", "move_directions", "wrong_way"]
+__all__ = ["DIRECTIONS", "MOVES", "CheckReport", "Monotonicity", "MoveVerdicts", "check", "move_directions",
+           "proved_or_sampled", "wrong_way"]
 
 #: The verdicts :func:`check` gives for the monotonicity in one count.
 DIRECTIONS = ("increasing", "decreasing", "constant", "mixed", "unknown")
@@ -47,7 +49,6 @@ def _sample_points() -> list[tuple[float, float, float, float]]:
 _POINTS = _sample_points()
 
 
-
 @dataclass(frozen=True)
 class Monotonicity:
     """How the metric moves as one count grows, the others fixed, over positive counts.
@@ -67,8 +68,34 @@ class Monotonicity:
         return f"{self.direction} ({self.method})"
 
 
+class MoveVerdicts:
+    """What a loss's warning reads of a report: the verdicts along the moves (:data:`MOVES`),
+    shared by :class:`CheckReport` and :class:`metricc.analysis.counts_moves.MovesReport`."""
+
+    moves: dict[str, Monotonicity]
+    higher_is_better: bool | None
+
+    @property
+    def depends_on_predictions(self) -> bool:
+        """False when neither move changes the metric (``P/N``): its loss has zero gradient."""
+        return not self.moves or any(m.direction != "constant" for m in self.moves.values())
+
+    def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
+        """``{move: why}`` for each feasible move along which the metric goes against training.
+
+        Within a batch ``P`` and ``N`` are fixed, so the counts change only in pairs:
+        a positive's score rising turns an FN into a TP, a negative's turns a TN into
+        an FP. With ``higher_is_better`` the metric must not decrease along the first
+        (``f_TP - f_FN >= 0``) nor increase along the second (``f_FP - f_TN <= 0``);
+        the reverse when lower is better. ``mixed`` and ``unknown`` are not flagged:
+        they may be right in the region that matters.
+        """
+        return wrong_way(self.moves, self.higher_is_better if higher_is_better is None
+                         else higher_is_better)
+
+
 @dataclass(frozen=True)
-class CheckReport:
+class CheckReport(MoveVerdicts):
     """What :func:`check` found about a metric; ``str()`` formats it for people.
 
     ``lower``/``upper`` are bounds SymPy proved (``None`` when it could not);
@@ -94,24 +121,6 @@ class CheckReport:
     #: How the metric moves along the changes a batch allows (see :data:`MOVES`): keys
     #: ``"FN->TP"`` (a positive's score rises) and ``"TN->FP"`` (a negative's score rises).
     moves: dict[str, Monotonicity] = field(default_factory=dict)
-
-    @property
-    def depends_on_predictions(self) -> bool:
-        """False when neither move changes the metric (``P/N``): its loss has zero gradient."""
-        return not self.moves or any(m.direction != "constant" for m in self.moves.values())
-
-    def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
-        """``{move: why}`` for each feasible move along which the metric goes against training.
-
-        Within a batch ``P`` and ``N`` are fixed, so the counts change only in pairs:
-        a positive's score rising turns an FN into a TP, a negative's turns a TN into
-        an FP. With ``higher_is_better`` the metric must not decrease along the first
-        (``f_TP - f_FN >= 0``) nor increase along the second (``f_FP - f_TN <= 0``);
-        the reverse when lower is better. ``mixed`` and ``unknown`` are not flagged:
-        they may be right in the region that matters.
-        """
-        return wrong_way(self.moves, self.higher_is_better if higher_is_better is None
-                         else higher_is_better)
 
     def __str__(self) -> str:
         lines = [f"metric: {self.expr}"]
@@ -260,10 +269,6 @@ def _direction(k: str, d: sympy.Expr) -> Monotonicity:
     return Monotonicity(k, sampled, "sampled")
 
 
-def _monotonicity(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
-    return {k: _direction(k, gradient[k]) for k in COUNTS}
-
-
 def _bounds(expr: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None,
                                        tuple[float, float] | None]:
     fn = _evaluator(expr)
@@ -308,18 +313,25 @@ def check(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None = None, *,
     if extra:
         raise MetricError(f"check() needs a formula over TP, FP, FN, TN only; give values to "
                           f"{', '.join(sorted(extra))}")
-    with limit() as budget:  # proofs give up after PROOF_SECONDS; verdicts fall back to samples
+    found, exhausted = proved_or_sampled(_findings, expr, gradient, inline=tame(expr))
+    undefined, rough, monotonicity, lower, upper, sampled, moves = found
+    return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled, higher_is_better,
+                       exhausted, moves)
+
+
+def proved_or_sampled(fn: Callable[..., Any], *args: Any, inline: bool) -> tuple[Any, bool]:
+    """``(fn(*args), whether the proofs ran out of time)`` for ``check()`` and ``check_moves()``:
+    proofs within :data:`PROOF_SECONDS`, else the sampled verdicts only."""
+    with limit() as budget:
         try:  # in a worker that is stopped if one SymPy call runs away
-            found = bounded(_findings, expr, gradient, inline=tame(expr))
+            found = bounded(fn, *args, inline=inline)
         except BudgetExceeded:
             try:  # no proofs at all: sampled verdicts only
-                found = bounded(_sampled_findings, expr, gradient, seconds=2 * PROOF_SECONDS)
+                found = bounded(without_proofs, fn, *args, seconds=2 * PROOF_SECONDS)
             except BudgetExceeded as e:
                 raise MetricError(f"check() could not analyse this formula: {e} "
                                   "(loss(..., warn_monotonicity=False) skips check())") from None
-    undefined, rough, monotonicity, lower, upper, sampled, moves = found
-    return CheckReport(expr, undefined, rough, monotonicity, lower, upper, sampled, higher_is_better,
-                       budget.exhausted, moves)
+    return found, budget.exhausted
 
 
 def _findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple[Any, ...]:
@@ -327,9 +339,5 @@ def _findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple
     gradient = partials(expr) if gradient is None else gradient
     undefined, rough = singularities(expr)
     lower, upper, sampled = _bounds(expr)
-    return undefined, rough, _monotonicity(gradient), lower, upper, sampled, move_directions(gradient)
-
-
-def _sampled_findings(expr: sympy.Expr, gradient: dict[str, sympy.Expr] | None) -> tuple[Any, ...]:
-    with limit(0.0):  # every proof gives up at once
-        return _findings(expr, gradient)
+    monotonicity = {k: _direction(k, gradient[k]) for k in COUNTS}
+    return undefined, rough, monotonicity, lower, upper, sampled, move_directions(gradient)

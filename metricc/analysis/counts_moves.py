@@ -15,37 +15,20 @@ from dataclasses import dataclass
 
 import sympy
 
-from ..errors import MetricError
-from .budget import PROOF_SECONDS, BudgetExceeded, bounded, limit
-from .counts_check import Monotonicity, move_directions, wrong_way
+from .counts_check import Monotonicity, MoveVerdicts, move_directions, proved_or_sampled
 from .size import tame
 
 __all__ = ["MovesReport", "check_moves"]
 
 
 @dataclass(frozen=True)
-class MovesReport:
+class MovesReport(MoveVerdicts):
     """What the loss's warning reads of a :class:`~metricc.analysis.counts_check.CheckReport`."""
 
     moves: dict[str, Monotonicity]
     higher_is_better: bool | None = None
     #: As in ``CheckReport``: some proofs ran out of time and those verdicts are sampled.
     budget_spent: bool = False
-
-    @property
-    def depends_on_predictions(self) -> bool:
-        """False when neither move changes the metric (``P/N``): its loss has zero gradient."""
-        return not self.moves or any(m.direction != "constant" for m in self.moves.values())
-
-    def wrong_way(self, higher_is_better: bool | None = None) -> dict[str, str]:
-        """``{move: why}`` for each move along which the metric goes against training."""
-        return wrong_way(self.moves, self.higher_is_better if higher_is_better is None
-                         else higher_is_better)
-
-
-def _sampled_moves(gradient: dict[str, sympy.Expr]) -> dict[str, Monotonicity]:
-    with limit(0.0):  # every proof gives up at once
-        return move_directions(gradient)
 
 
 def check_moves(expr: sympy.Expr, gradient: dict[str, sympy.Expr], *,
@@ -58,13 +41,5 @@ def check_moves(expr: sympy.Expr, gradient: dict[str, sympy.Expr], *,
     >>> check_moves(f1, partials(f1)).moves["TN->FP"]
     Monotonicity(count='TN->FP', direction='decreasing', method='symbolic')
     """
-    with limit() as budget:  # as check(): proofs within PROOF_SECONDS, else sampled verdicts
-        try:
-            moves = bounded(move_directions, gradient, inline=tame(expr))
-        except BudgetExceeded:
-            try:
-                moves = bounded(_sampled_moves, gradient, seconds=2 * PROOF_SECONDS)
-            except BudgetExceeded as e:
-                raise MetricError(f"check() could not analyse this formula: {e} "
-                                  "(loss(..., warn_monotonicity=False) skips check())") from None
-    return MovesReport(moves, higher_is_better, budget.exhausted)
+    moves, exhausted = proved_or_sampled(move_directions, gradient, inline=tame(expr))
+    return MovesReport(moves, higher_is_better, exhausted)

@@ -65,8 +65,7 @@ class CurveCheckReport:
         out = {}
         for move, direction in self.moves.items():
             up = move == "FN->TP"
-            bad = ("decreasing" if up else "increasing") if self.higher_is_better else \
-                ("increasing" if up else "decreasing")
+            bad = "decreasing" if up == self.higher_is_better else "increasing"
             if direction == bad:
                 who = "positive" if up else "negative"
                 out[move] = (f"the metric is {bad} as a {who}'s score rises past thresholds "

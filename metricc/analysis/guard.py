@@ -5,9 +5,11 @@ bases are nonnegative; what a singular node becomes is decided here
 (``docs/numerics.md``):
 
 * a denominator ``d`` that is ``>= 0`` becomes ``d + eps``; one that can take either sign
-  becomes ``d / (d**2 + eps**2)`` in place of ``1/d`` (``d + eps`` would vanish at ``-eps``);
-* a root or log argument ``r`` becomes ``r + eps``, and so does a nonnegative, non-constant
-  base of a power with a variable exponent.
+  (``TPR - FPR``) becomes ``d / (d**2 + eps**2)`` in place of ``1/d``: odd in ``d``, smooth,
+  within ``(eps/d)**2`` of ``1/d`` and bounded by ``1/(2 eps)`` (``d + eps`` would vanish at
+  ``-eps``);
+* a root or log argument ``r`` becomes ``r + eps`` (a finite derivative at 0), and so does a
+  nonnegative, non-constant base of a power with a variable exponent.
 """
 
 from __future__ import annotations

@@ -72,11 +72,8 @@ def is_nonnegative(e: sympy.Expr) -> bool:
 
 
 def guard_matrix(expr: sympy.Expr, eps: sympy.Expr = EPS) -> sympy.Expr:
-    """The eps policy of :func:`metricc.analysis.counts.guard`, for index form.
-
-    A denominator that is ``>= 0`` for every nonnegative matrix gets ``+ eps``,
-    one that may take either sign becomes ``d / (d^2 + eps^2)``, and root and log
-    arguments get ``+ eps``.
+    """The eps policy of :mod:`metricc.analysis.guard`, for index form (nonnegative: for every
+    nonnegative matrix, :func:`is_nonnegative`).
 
     >>> import metricc
     >>> from metricc.language.matrix import display
@@ -160,7 +157,6 @@ class _RealAbs(sympy.Function):
 
     def fdiff(self, argindex: int = 1) -> sympy.Expr:
         return sympy.sign(self.args[0])
-
 
 
 # --- expansion for a concrete K (verification, check and references) ------------------------

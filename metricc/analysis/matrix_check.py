@@ -30,7 +30,8 @@ class MatrixSingularity:
         return f"{display(self.expr)} {self.relation}  ({self.reason})"
 
 
-def _singularities(expr: sympy.Expr) -> list[MatrixSingularity]:
+def singularities(expr: sympy.Expr) -> list[MatrixSingularity]:
+    """Where a K x K metric is undefined (division by 0, log of 0) or not real."""
     out: list[MatrixSingularity] = []
     seen: set[sympy.Expr] = set()
     for node in sympy.preorder_traversal(expr):
@@ -97,19 +98,12 @@ class MatrixCheckReport:
         if self.sampled_range is not None:
             lines.append("range: sampled values {:.4g} .. {:.4g}".format(*self.sampled_range))
         direction = "higher is better" if self.higher_is_better else "lower is better"
-        if self.wrong_way():
-            lines.append(f"as a loss ({direction}): TRAINS THE WRONG WAY")
-        else:
-            lines.append(f"as a loss ({direction}): no feasible move trains the wrong way")
+        lines.append(f"as a loss ({direction}): " + ("TRAINS THE WRONG WAY" if self.wrong_way()
+                                                     else "no feasible move trains the wrong way"))
         return "\n".join(lines)
 
 
 _CHECK_SAMPLES = 240
-
-
-def singularities(expr: sympy.Expr) -> list[MatrixSingularity]:
-    """Where a K x K metric is undefined (division by 0, log of 0) or not real."""
-    return _singularities(expr)
 
 
 def check(expr: sympy.Expr, kernel: Callable[..., Any], params: Sequence[Any],
@@ -159,6 +153,6 @@ def check(expr: sympy.Expr, kernel: Callable[..., Any], params: Sequence[Any],
                  "decreasing" if neg else "constant")
     if direction in ("increasing", "decreasing", "constant"):
         witness = None
-    return MatrixCheckReport(expr, tuple(_singularities(expr)), direction, _CHECK_SAMPLES,
+    return MatrixCheckReport(expr, tuple(singularities(expr)), direction, _CHECK_SAMPLES,
                              witness, (min(values), max(values)) if values else None,
                              higher_is_better)

@@ -27,7 +27,7 @@ from typing import Any
 import sympy
 
 from ..errors import MetricError
-from ..language.symbols import COUNTS, DERIVED, TO_NONNEGATIVE
+from ..language.symbols import COUNTS, DERIVED
 from . import counts, curve, matrix
 
 __all__ = ["STATISTICS", "Statistic", "analysis_errors", "as_rational", "check_counts_expr", "resolve",
@@ -62,10 +62,6 @@ class Statistic:
     unnamed_loss: str
 
 
-def _counts_nonnegative(e: sympy.Expr) -> bool:
-    return bool(e.xreplace(TO_NONNEGATIVE).is_nonnegative)
-
-
 def _curve_nonnegative(e: sympy.Expr) -> bool:
     # a reduction's sign depends on its local formulas: only plain totals are known >= 0
     return bool(e.xreplace({s: sympy.Symbol(s.name, nonnegative=True) for s in e.free_symbols}
@@ -81,7 +77,7 @@ def _curve_partials(e: sympy.Expr) -> dict[str, sympy.Expr]:
 
 STATISTICS: dict[str, Statistic] = {
     "counts": Statistic(
-        name="counts", symbols=(*COUNTS, *DERIVED), is_nonnegative=_counts_nonnegative,
+        name="counts", symbols=(*COUNTS, *DERIVED), is_nonnegative=counts.is_nonnegative,
         differentiate=counts.partials, guard=counts.guard,
         kernel_names=("metric_value", "metric_and_coefficients"),
         kernel_args=("TP", "FP", "FN", "TN", "eps"),

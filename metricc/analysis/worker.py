@@ -212,8 +212,7 @@ class _Worker:
         data = _recv(self.replies)
         if data is None:  # it died: a C library aborted (out of memory), or a stack overflow
             raise BudgetExceeded("crashed", self.cpu() - start_cpu, seconds)
-        status, value, cpu = pickle.loads(data)
-        return status, value, cpu
+        return pickle.loads(data)
 
 
 _LOCK = threading.Lock()

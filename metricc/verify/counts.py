@@ -106,8 +106,7 @@ def _real(v: complex | None) -> str:
     return "undefined" if v is None else f"{v.real:.6g}"
 
 
-def _reference_loss(metric: CountsSubject, relax: Any, amplifier: float, eps: float,
-                    from_logits: bool) -> Any:
+def _reference_loss(metric: CountsSubject, relax: Any, eps: float, from_logits: bool) -> Any:
     """A straightforward autograd implementation, independent of the generated code.
 
     ``relax`` is the relaxation's plain ``value`` (checked against its
@@ -116,7 +115,7 @@ def _reference_loss(metric: CountsSubject, relax: Any, amplifier: float, eps: fl
     """
     import torch
 
-    fn_metric = _reference_metric(metric, eps)
+    fn_metric = _guarded_lambdify(metric.expr, eps)
 
     def sigmoid(z: Any) -> Any:
         # Written out: autograd then differentiates exp, exact where torch.sigmoid's
@@ -124,24 +123,20 @@ def _reference_loss(metric: CountsSubject, relax: Any, amplifier: float, eps: fl
         return 1 / (1 + torch.exp(-z))
 
     def loss(x: Any, y: Any) -> Any:
-        a = relax(x, from_logits, sigmoid=sigmoid)
-        TP = (y * a).sum()
-        FN = (y * (1 - a)).sum()
-        FP = ((1 - y) * a).sum()
-        TN = ((1 - y) * (1 - a)).sum()
-        value = fn_metric(TP, FP, FN, TN)
+        value = fn_metric(*_plain_counts(y, relax(x, from_logits, sigmoid=sigmoid)))
         return 1 - value if metric.higher_is_better else value
 
     return loss
 
 
-def _reference_metric(metric: CountsSubject, eps: float) -> Any:
-    """SymPy's own ``lambdify`` of the guarded formula, on float64 tensors."""
-    return _guarded_lambdify(metric.expr, eps)
+def _plain_counts(y: Any, a: Any, *dims: Any) -> tuple[Any, Any, Any, Any]:
+    """``(TP, FP, FN, TN)`` of soft predictions ``a`` as four plain sums (over ``dims``, else all)."""
+    return (y * a).sum(*dims), ((1 - y) * a).sum(*dims), (y * (1 - a)).sum(*dims), ((1 - y) * (1 - a)).sum(*dims)
 
 
 @functools.lru_cache(maxsize=8)
 def _guarded_lambdify(expr: sympy.Expr, eps: float) -> Any:
+    """SymPy's own ``lambdify`` of the guarded formula, on float64 tensors."""
     # Once per formula, not once per relaxation: 0.2 s each for a min() of named metrics.
     f = guard(expr, EPS).xreplace({EPS: sympy.Float(eps)})
     return reference_lambdify(list(COUNTS.values()), f)
@@ -175,7 +170,7 @@ def _numeric_checks(metric: CountsSubject, report: VerificationReport, seed: int
                 rel, backward=b, amplifier=amplifier, eps=eps, from_logits=fl),
             logits if from_logits else probs, y,
             _reference_loss(metric, bound_relaxation(relaxation, from_logits, {"amplifier": amplifier}).value,
-                            amplifier, eps, from_logits),
+                            eps, from_logits),
             f"float64, {size} elements", elements=elements)
 
 
@@ -247,7 +242,7 @@ def _class_numeric_checks(metric: CountsSubject, report: VerificationReport, see
     onehot = torch.nn.functional.one_hot(target, c).permute(0, 2, 1).to(torch.float64)
     logits = torch.randn(n, c, m, generator=gen, dtype=torch.float64) * 2
     eps = 1e-7
-    fn_metric = _reference_metric(metric, eps)
+    fn_metric = _guarded_lambdify(metric.expr, eps)
     constant = metric.constant
     for name, r in RELAXATIONS.items():
         if not r.class_wise:
@@ -258,10 +253,7 @@ def _class_numeric_checks(metric: CountsSubject, report: VerificationReport, see
             def reference(x: Any, _target: Any, fl: bool = from_logits) -> Any:
                 q = torch.exp(x / temperature) if fl else x ** (1 / temperature)
                 a = q / q.sum(1, keepdim=True)  # the definition, differentiated by autograd
-                y = onehot
-                tp, fp = (y * a).sum((0, 2)), ((1 - y) * a).sum((0, 2))
-                fn, tn = (y * (1 - a)).sum((0, 2)), ((1 - y) * (1 - a)).sum((0, 2))
-                value = fn_metric(tp, fp, fn, tn).mean()
+                value = fn_metric(*_plain_counts(onehot, a, (0, 2))).mean()
                 return 1 - value if metric.higher_is_better else value
 
             # the autograd backward equals the reference: finite differences check the

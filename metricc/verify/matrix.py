@@ -113,9 +113,7 @@ def run_kernel_symbolically(source: str, k: int, entries: list[list[sympy.Symbol
     """``matrix_and_gradient`` of ``source`` on a symbolic ``k x k`` matrix."""
     import numpy as np
 
-    m = np.empty((1, k, k), dtype=object)
-    for i, j in itertools.product(range(k), range(k)):
-        m[0, i, j] = entries[i][j]
+    m = np.array([entries], dtype=object)  # (1, k, k): a batch of one
     p = [np.array([[sympy.nsimplify(v) for v in row] for row in P], dtype=object)
          for P in params]
     value, grad = run_symbolically(source, "matrix_and_gradient", m.view(_symbolic_matrix(k)), EPS,

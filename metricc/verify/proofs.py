@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import random
+from types import SimpleNamespace
 from typing import Any
 
 import sympy
@@ -114,21 +115,17 @@ def undecided_torch() -> Any:
     >>> undecided_torch().clamp(undecided_torch().minimum(x, x + 1), min=0)
     Max(0, Min(x, x + 1))
     """
-    import types
-
     lo, hi = _undecided(sympy.Min), _undecided(sympy.Max)
 
     def clamp(x: Any, min: Any = None, max: Any = None) -> Any:
         x = x if min is None else hi(x, sympy.nsimplify(min))
         return x if max is None else lo(x, sympy.nsimplify(max))
 
-    return types.SimpleNamespace(**{**vars(sympy_torch()), "minimum": lo, "maximum": hi, "clamp": clamp})
+    return SimpleNamespace(**{**vars(sympy_torch()), "minimum": lo, "maximum": hi, "clamp": clamp})
 
 
 def vectorized_torch() -> Any:
     """The SymPy stand-ins of :data:`TORCH_CALLS`, elementwise on numpy object arrays."""
-    import types
-
     import numpy as np
 
     def vec(fn: Any) -> Any:
@@ -138,11 +135,7 @@ def vectorized_torch() -> Any:
             return np.vectorize(lambda *x: fn(*x, **kw), otypes=[object])(*a)
         return call
 
-    return types.SimpleNamespace(**{n: vec(c.sympy) for n, c in TORCH_CALLS.items()})
-
-
-def _random_point(rng: random.Random, symbols: list[sympy.Symbol]) -> dict[sympy.Symbol, Any]:
-    return {s: sympy.Rational(rng.randint(1, 60), rng.randint(1, 7)) for s in symbols}
+    return SimpleNamespace(**{n: vec(c.sympy) for n, c in TORCH_CALLS.items()})
 
 
 def working_digits(*exprs: sympy.Expr) -> int:
@@ -256,8 +249,7 @@ def _witness(a: sympy.Expr, b: sympy.Expr, seed: int, points: int,
     f_a, f_b = (evaluator(e, symbols) for e in (a, b))
     digits = working_digits(a, b)
     for _ in range(points):
-        at = _random_point(rng, symbols)
-        pt = [at[s] for s in symbols]
+        pt = [sympy.Rational(rng.randint(1, 60), rng.randint(1, 7)) for _ in symbols]
         if _differs(*evaluate_difference(f_a, f_b, pt, digits), relative):
             return {s.name: float(v) for s, v in zip(symbols, pt, strict=True)}
     return None
