@@ -177,10 +177,6 @@ def share_sums(exprs: list[sympy.Expr]) -> list[sympy.Expr]:
     return [visit(e) for e in exprs]
 
 
-
-
-
-
 def _index_symbol(name: str) -> sympy.Dummy:
     # A Dummy is unique, so an index bound inside a binding or a named metric never
     # captures one of the same name outside it.

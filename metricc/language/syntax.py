@@ -64,7 +64,6 @@ def grammar_text() -> str:
     return checkout.read_text(encoding="utf-8")
 
 
-
 class Name(sympy.Symbol):
     """A symbol as written in the text; resolved to a count, binding, metric or parameter."""
 
