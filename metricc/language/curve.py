@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import sympy
 
-from ..errors import MetricError, MetricSyntaxError
+from ..errors import MetricError
 from ..library import lookup
 from .matrix import PLACEHOLDERS, ColTotal, Delta, Entry, PresentCall, RowTotal, SumOf
 from .symbols import COUNTS, DERIVED
@@ -300,7 +300,7 @@ class _Resolver:
 
 
 def resolve_curve(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,
-                  has_clause: bool, pos: Any, functions: Collection[str],
+                  pos: Any, functions: Collection[str],
                   parse_metric: Callable[[str], Any]) -> CurveFormula:
     """Turn the parser's placeholders into index form, with positioned errors.
 
@@ -309,12 +309,6 @@ def resolve_curve(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy
     module needs no parser). Bindings are substituted where they are used, so one binding
     may be a local 2 x 2 expression (used inside a reduction) or an outer one.
     """
-    if has_clause:
-        at = text.rfind("subject")
-        line = text.count("\n", 0, at) + 1
-        raise MetricSyntaxError("a curve formula takes no 'subject to' clause (for now); write the "
-                                "bound into best(): best(recall, precision >= 0.9)", text, line,
-                                at - (text.rfind("\n", 0, at) + 1) + 1)
     resolver = _Resolver(pos, parse_metric)
     resolver.bind(bindings, functions)
     result = resolver.walk(body, False)
