@@ -106,11 +106,9 @@ _WORDS: dict[str, Any] = {"true": True, "false": False, "none": None, "null": No
 def _compile(args: argparse.Namespace) -> Any:
     from . import compile
 
-    hib = None
-    if getattr(args, "lower_is_better", False):
-        hib = False
-    elif getattr(args, "higher_is_better", False):
-        hib = True
+    # Neither flag (or `grad`, which has none): the metric's own direction.
+    hib = (False if getattr(args, "lower_is_better", False)
+           else True if getattr(args, "higher_is_better", False) else None)
     try:
         return compile(_formula(args.formula), higher_is_better=hib, **_params(args))
     except MissingParameterError as e:
@@ -138,14 +136,10 @@ def _add_direction(p: argparse.ArgumentParser) -> None:
 # --- subcommands ----------------------------------------------------------------------------
 
 def _matrix_grad(m: Any, latex: bool) -> int:
-    import sympy
-
     if latex:
-        print(f"f = {sympy.latex(m.expr)}")
-        print(rf"\frac{{\partial f}}{{\partial C_{{a,b}}}} = {sympy.latex(m.gradient_expr)}")
-        return EXIT_OK
-    print(f"f          = {m.expr_text}")
-    print(f"df/dC[a,b] = {m.gradient_text}")
+        return _print_rows([("f", m.expr), (r"\frac{\partial f}{\partial C_{a,b}}", m.gradient_expr)],
+                           _latex)
+    _print_rows([("f", m.expr_text), ("df/dC[a,b]", m.gradient_text)])
     print("(symbolic in K; C[i,j] counts true class i predicted as j, a and b are class indices)")
     return EXIT_OK
 
@@ -181,12 +175,16 @@ def _print_rows(rows: list[tuple[str, Any]],
     return EXIT_OK
 
 
-def _curve_grad(m: Any, latex: bool) -> int:
+def _latex(label: str, e: Any) -> tuple[str, str]:
     import sympy
 
+    return label, sympy.latex(e)
+
+
+def _curve_grad(m: Any, latex: bool) -> int:
     rows = [("f", m.expr), *m.gradient.items()]
     if latex:
-        return _print_rows(rows, lambda label, e: (label, sympy.latex(e)))
+        return _print_rows(rows, _latex)
     _print_rows(rows)
     print("(the local forms, symbolic in the number of thresholds T: f = h(r0, r1, ...) over the "
           "reductions r_j; dV/dTP_k = sum_j dh/dr_j (dterm/dTP_k at k + dterm/dTP_k+1 at k - 1) for "
