@@ -173,15 +173,10 @@ class CurveFormula:
 
 # --- resolution ----------------------------------------------------------------------------
 
-def _is_curve_metric(name: str) -> bool:
-    metric = lookup(name)
-    return metric is not None and getattr(metric, "curve", False)
-
-
 def uses_curve(exprs: Iterable[sympy.Expr]) -> bool:
     """Whether any parsed (unresolved) expression calls a reduction or names a curve metric."""
-    return any(e.has(*_CALLS) or any(_is_curve_metric(s.name) for s in e.atoms(sympy.Symbol))
-               for e in exprs)
+    return any(e.has(*_CALLS) or any((m := lookup(s.name)) is not None and m.curve
+                                     for s in e.atoms(sympy.Symbol)) for e in exprs)
 
 
 _MATRIX_NAMES = {SumOf: "sum", RowTotal: "row", ColTotal: "col", Delta: "delta", PresentCall: "present"}

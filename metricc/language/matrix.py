@@ -248,10 +248,10 @@ class _Resolver:
             if name in self.index_names:
                 raise pos.error(f"'{name}' is a class index and cannot be a binding", name_tok)
             self.defined[name] = expr
-        for name_tok, expr in bindings:  # a binding may only use the ones above it
-            later = [str(t) for t, _ in bindings[[str(b) for b, _ in bindings].index(str(name_tok)):]]
+        names = list(self.defined)  # in binding order, each once (a repeat was refused above)
+        for i, (_, expr) in enumerate(bindings):  # a binding may only use the ones above it
             for s in expr.atoms(sympy.Symbol):
-                if s.name in later:
+                if s.name in names[i:]:
                     raise pos.error(f"'{s.name}' is used before it is defined", pos.first_use[s.name])
 
     def name(self, name: str, bound: dict[str, sympy.Expr], stack: tuple[str, ...]) -> sympy.Expr:
