@@ -188,15 +188,11 @@ class _Resolver:
     """One curve formula's names: bindings, counts, totals, named metrics and parameters."""
 
     def __init__(self, pos: Any, parse_metric: Callable[[str], Any]) -> None:
-        self.pos, self.parse_metric = pos, parse_metric
+        self.pos, self.parse_metric, self.fail = pos, parse_metric, pos.fail
         self.defined: dict[str, sympy.Expr] = {}
         self.params: set[str] = set()
         self.defaults: dict[str, Any] = {}
         self.used: list[str] = []
-
-    def fail(self, message: str, name: str) -> MetricError:
-        t = self.pos.first_use.get(name) or self.pos.call_tokens.get(name)
-        return self.pos.error(message, t) if t is not None else MetricError(message)
 
     def library(self, name: str) -> Any:
         """A named metric's parsed formula (parsed once), its parameters and defaults noted."""

@@ -207,6 +207,7 @@ class _Resolver:
     def __init__(self, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr, pos: Any,
                  functions: Collection[str], library_formula: Callable[[str], MatrixFormula]) -> None:
         self.pos, self.functions, self.library_formula = pos, functions, library_formula
+        self.fail = pos.fail
         self.defined: dict[str, sympy.Expr] = {}
         self.params: set[str] = set()
         self.matrices: set[str] = set()
@@ -219,10 +220,6 @@ class _Resolver:
                     self.index_names.update(v.name for v in s.args[1:])
                 elif isinstance(s, (RowTotal, ColTotal, Delta)):
                     self.index_names.update(v.name for v in s.args if isinstance(v, sympy.Symbol))
-
-    def fail(self, message: str, name: str) -> MetricError:
-        t = self.pos.first_use.get(name) or self.pos.call_tokens.get(name)
-        return self.pos.error(message, t) if t is not None else MetricError(message)
 
     def index(self, x: sympy.Expr, bound: dict[str, sympy.Expr], what: str) -> sympy.Expr:
         if not isinstance(x, sympy.Symbol):  # pragma: no cover - the parser checks this

@@ -77,6 +77,11 @@ class Position:
     def error(self, message: str, tok: Token) -> MetricSyntaxError:
         return MetricSyntaxError(message, self.text, tok.line or 1, tok.column or 1)
 
+    def fail(self, message: str, name: str) -> MetricError:
+        """The error at ``name``'s first use (or call); unpositioned where it has none."""
+        t = self.first_use.get(name) or self.call_tokens.get(name)
+        return self.error(message, t) if t is not None else MetricError(message)
+
 
 class _Chain:
     """A sum or product being parsed: ``a + b + c`` is one SymPy ``Add`` built at the end.
