@@ -42,13 +42,6 @@ def _formula(text: str) -> str:
     return sys.stdin.read() if text == "-" else text
 
 
-def _number(key: str, text: str) -> float:
-    try:
-        return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
-    except ValueError:
-        raise UsageError(f"--param {key}={text}: the value must be a number") from None
-
-
 def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
     out = []
     for item in items or []:
@@ -68,15 +61,11 @@ def _param_value(key: str, text: str) -> Any:
             raise UsageError(f"--param {key}={text:.60}: a matrix is a list of lists of numbers, "
                              "e.g. [[0,1],[1,0]]") from None
     try:
-        return _number(key, text)
-    except UsageError:
+        return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
+    except ValueError:
         if any(c.isalpha() for c in text):
             return text  # a K x K parameter as a formula in i and j, e.g. (i-j)^2
-        raise
-
-
-def _params(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: _param_value(k, v) for k, v in _pairs(args.param, "--param")}
+        raise UsageError(f"--param {key}={text}: the value must be a number") from None
 
 
 def _option_value(text: str) -> Any:
@@ -110,7 +99,8 @@ def _compile(args: argparse.Namespace) -> Any:
     hib = (False if getattr(args, "lower_is_better", False)
            else True if getattr(args, "higher_is_better", False) else None)
     try:
-        return compile(_formula(args.formula), higher_is_better=hib, **_params(args))
+        return compile(_formula(args.formula), higher_is_better=hib,
+                       **{k: _param_value(k, v) for k, v in _pairs(args.param, "--param")})
     except MissingParameterError as e:
         flags = " ".join(f"--param {p}=<number>" for p in e.missing)
         raise MissingParameterError(f"{e} (on the command line: {flags})", e.missing) from None
