@@ -37,11 +37,6 @@ class _Parser(argparse.ArgumentParser):
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
-def _formula(text: str) -> str:
-    """FORMULA argument: ``-`` reads the formula (several lines allowed) from stdin."""
-    return sys.stdin.read() if text == "-" else text
-
-
 def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
     out = []
     for item in items or []:
@@ -99,7 +94,9 @@ def _compile(args: argparse.Namespace) -> Any:
     hib = (False if getattr(args, "lower_is_better", False)
            else True if getattr(args, "higher_is_better", False) else None)
     try:
-        return compile(_formula(args.formula), higher_is_better=hib,
+        # FORMULA `-` reads the formula (several lines allowed) from stdin.
+        text = sys.stdin.read() if args.formula == "-" else args.formula
+        return compile(text, higher_is_better=hib,
                        **{k: _param_value(k, v) for k, v in _pairs(args.param, "--param")})
     except MissingParameterError as e:
         flags = " ".join(f"--param {p}=<number>" for p in e.missing)
