@@ -196,8 +196,7 @@ def _resolve_constraint(raw: RawConstraint, text: str, span: tuple[int, int],
             raise _error_at(text, span, name, f"'{name}' is a {kind} metric; constraints "
                             "apply to 2 x 2 metrics for now")
         inner = _library_formula(metric.name)
-        if inner.parameters and not set(inner.parameters) <= set(inner.defaults):
-            missing = sorted(set(inner.parameters) - set(inner.defaults))
+        if missing := sorted(set(inner.parameters) - set(inner.defaults)):
             raise _error_at(text, span, name, f"metric '{name}' has parameters "
                             f"{', '.join(missing)} with no default; write its formula "
                             "with numbers in the constraint")
