@@ -37,18 +37,6 @@ class _Parser(argparse.ArgumentParser):
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
-def _formula(text: str) -> str:
-    """FORMULA argument: ``-`` reads the formula (several lines allowed) from stdin."""
-    return sys.stdin.read() if text == "-" else text
-
-
-def _number(key: str, text: str) -> float:
-    try:
-        return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
-    except ValueError:
-        raise UsageError(f"--param {key}={text}: the value must be a number") from None
-
-
 def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
     out = []
     for item in items or []:
@@ -68,15 +56,11 @@ def _param_value(key: str, text: str) -> Any:
             raise UsageError(f"--param {key}={text:.60}: a matrix is a list of lists of numbers, "
                              "e.g. [[0,1],[1,0]]") from None
     try:
-        return _number(key, text)
-    except UsageError:
+        return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
+    except ValueError:
         if any(c.isalpha() for c in text):
             return text  # a K x K parameter as a formula in i and j, e.g. (i-j)^2
-        raise
-
-
-def _params(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: _param_value(k, v) for k, v in _pairs(args.param, "--param")}
+        raise UsageError(f"--param {key}={text}: the value must be a number") from None
 
 
 def _option_value(text: str) -> Any:
@@ -106,13 +90,14 @@ _WORDS: dict[str, Any] = {"true": True, "false": False, "none": None, "null": No
 def _compile(args: argparse.Namespace) -> Any:
     from . import compile
 
-    hib = None
-    if getattr(args, "lower_is_better", False):
-        hib = False
-    elif getattr(args, "higher_is_better", False):
-        hib = True
+    # Neither flag (or `grad`, which has none): the metric's own direction.
+    hib = (False if getattr(args, "lower_is_better", False)
+           else True if getattr(args, "higher_is_better", False) else None)
     try:
-        return compile(_formula(args.formula), higher_is_better=hib, **_params(args))
+        # FORMULA `-` reads the formula (several lines allowed) from stdin.
+        text = sys.stdin.read() if args.formula == "-" else args.formula
+        return compile(text, higher_is_better=hib,
+                       **{k: _param_value(k, v) for k, v in _pairs(args.param, "--param")})
     except MissingParameterError as e:
         flags = " ".join(f"--param {p}=<number>" for p in e.missing)
         raise MissingParameterError(f"{e} (on the command line: {flags})", e.missing) from None
@@ -138,14 +123,10 @@ def _add_direction(p: argparse.ArgumentParser) -> None:
 # --- subcommands ----------------------------------------------------------------------------
 
 def _matrix_grad(m: Any, latex: bool) -> int:
-    import sympy
-
     if latex:
-        print(f"f = {sympy.latex(m.expr)}")
-        print(rf"\frac{{\partial f}}{{\partial C_{{a,b}}}} = {sympy.latex(m.gradient_expr)}")
-        return EXIT_OK
-    print(f"f          = {m.expr_text}")
-    print(f"df/dC[a,b] = {m.gradient_text}")
+        return _print_rows([("f", m.expr), (r"\frac{\partial f}{\partial C_{a,b}}", m.gradient_expr)],
+                           _latex)
+    _print_rows([("f", m.expr_text), ("df/dC[a,b]", m.gradient_text)])
     print("(symbolic in K; C[i,j] counts true class i predicted as j, a and b are class indices)")
     return EXIT_OK
 
@@ -181,12 +162,16 @@ def _print_rows(rows: list[tuple[str, Any]],
     return EXIT_OK
 
 
-def _curve_grad(m: Any, latex: bool) -> int:
+def _latex(label: str, e: Any) -> tuple[str, str]:
     import sympy
 
+    return label, sympy.latex(e)
+
+
+def _curve_grad(m: Any, latex: bool) -> int:
     rows = [("f", m.expr), *m.gradient.items()]
     if latex:
-        return _print_rows(rows, lambda label, e: (label, sympy.latex(e)))
+        return _print_rows(rows, _latex)
     _print_rows(rows)
     print("(the local forms, symbolic in the number of thresholds T: f = h(r0, r1, ...) over the "
           "reductions r_j; dV/dTP_k = sum_j dh/dr_j (dterm/dTP_k at k + dterm/dTP_k+1 at k - 1) for "

@@ -227,9 +227,7 @@ class ConstraintsCheckReport:
                 if c.met_by_right_moves is False}
 
     def __str__(self) -> str:
-        lines = [str(self.objective), "constraints:"]
-        lines += [f"  {c}" for c in self.constraints]
-        return "\n".join(lines)
+        return "\n".join([str(self.objective), "constraints:", *(f"  {c}" for c in self.constraints)])
 
 
 class ConstraintMethods:

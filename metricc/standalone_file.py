@@ -44,12 +44,19 @@ def _direction(metric: Metric) -> str:
             else "lower is better; the loss is the metric itself")
 
 
-def _undefined(report: Any) -> list[str]:
-    if not report.undefined:
+def _parameters(metric: Metric) -> list[str]:
+    if not metric.parameters:
+        return []
+    return ["Parameters: " + ", ".join(f"{k} = {v!r}" for k, v in sorted(metric.parameters.items())),
+            ""]
+
+
+def _undefined(where: list[str]) -> list[str]:
+    if not where:
         return []
     # Sorted: the analysis walks min()/max() arguments in hash order, and the
     # file must not depend on PYTHONHASHSEED.
-    return ["Undefined where: " + "; ".join(sorted(str(s) for s in report.undefined)) + ";",
+    return ["Undefined where: " + "; ".join(sorted(where)) + ";",
             "the loss adds eps to every denominator, root and log argument there."]
 
 
@@ -58,10 +65,7 @@ def _counts_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
     assert isinstance(report, CheckReport)  # a 2x2 metric's (K x K ones: _matrix_doc)
     gradient = metric.gradient
     width = max(len(k) for k in gradient)
-    doc = _header(metric, name, "confusion-matrix metric")
-    if metric.parameters:
-        doc += ["Parameters: " + ", ".join(f"{k} = {v!r}" for k, v in
-                                          sorted(metric.parameters.items())), ""]
+    doc = _header(metric, name, "confusion-matrix metric") + _parameters(metric)
     doc += [
         f"Simplified: {metric.expr}",
         f"Direction: {_direction(metric)}.",
@@ -72,7 +76,7 @@ def _counts_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
         *(f"    d/d{k}{' ' * (width - len(k))} = {d}" for k, d in gradient.items()),
         "",
         "Monotonicity: " + ", ".join(f"{k} {m}" for k, m in report.monotonicity.items()) + ".",
-        *_undefined(report),
+        *_undefined([str(s) for s in report.undefined]),
     ]
     return doc + _usage(name, chosen, "logits" if chosen.get("from_logits") else "probabilities",
                         "targets")
@@ -84,7 +88,7 @@ def _matrix_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
     doc += [f"Metric: {metric.expr_text}",
             f"Gradient: d f / d C[a,b] = {display(metric.gradient['C[a,b]'])}",
             f"Direction: {_direction(metric)}.",
-            *_undefined(report)]
+            *_undefined([str(s) for s in report.undefined])]
     return doc + _usage(name, chosen, "scores", "class_indices  # (N, K, *) and (N, *)")
 
 
@@ -93,25 +97,15 @@ def _curve_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
 
     report = metric.check()
     assert isinstance(report, CurveCheckReport)  # a curve metric's
-    doc = _header(metric, name, "threshold-free (ROC/PR curve) metric")
-    if metric.parameters:
-        doc += ["Parameters: " + ", ".join(f"{k} = {v!r}" for k, v in
-                                          sorted(metric.parameters.items())), ""]
+    doc = _header(metric, name, "threshold-free (ROC/PR curve) metric") + _parameters(metric)
     doc += [f"Metric: {metric.expr_text}",
             f"Direction: {_direction(metric)}.",
             "The soft curve: a histogram of the scores on a grid of thresholds (bins, width, space,",
             "clip); the backward runs the generated gradient d value / d TP_k, d value / d FP_k.",
             "Along the moves a batch allows: " + ", ".join(f"{k} {d}" for k, d in report.moves.items())
             + " (sampled).",
-            *_undefined_curve(report)]
+            *_undefined([f"{e} = 0 ({where})" for where, e in report.undefined])]
     return doc + _usage(name, chosen, "scores", "targets")
-
-
-def _undefined_curve(report: Any) -> list[str]:
-    if not report.undefined:
-        return []
-    return ["Undefined where: " + "; ".join(sorted(f"{e} = 0 ({where})" for where, e in report.undefined))
-            + ";", "the loss adds eps to every denominator, root and log argument there."]
 
 
 def _usage(name: str, chosen: dict[str, Any], inputs: str, targets: str) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import sympy
 
-from ..errors import MetricError, MetricSyntaxError
+from ..errors import MetricError
 from ..library import lookup
 from .matrix import PLACEHOLDERS, ColTotal, Delta, Entry, PresentCall, RowTotal, SumOf
 from .symbols import COUNTS, DERIVED
@@ -173,15 +173,10 @@ class CurveFormula:
 
 # --- resolution ----------------------------------------------------------------------------
 
-def _is_curve_metric(name: str) -> bool:
-    metric = lookup(name)
-    return metric is not None and getattr(metric, "curve", False)
-
-
 def uses_curve(exprs: Iterable[sympy.Expr]) -> bool:
     """Whether any parsed (unresolved) expression calls a reduction or names a curve metric."""
-    return any(e.has(*_CALLS) or any(_is_curve_metric(s.name) for s in e.atoms(sympy.Symbol))
-               for e in exprs)
+    return any(e.has(*_CALLS) or any((m := lookup(s.name)) is not None and m.curve
+                                     for s in e.atoms(sympy.Symbol)) for e in exprs)
 
 
 _MATRIX_NAMES = {SumOf: "sum", RowTotal: "row", ColTotal: "col", Delta: "delta", PresentCall: "present"}
@@ -193,15 +188,11 @@ class _Resolver:
     """One curve formula's names: bindings, counts, totals, named metrics and parameters."""
 
     def __init__(self, pos: Any, parse_metric: Callable[[str], Any]) -> None:
-        self.pos, self.parse_metric = pos, parse_metric
+        self.pos, self.parse_metric, self.fail = pos, parse_metric, pos.fail
         self.defined: dict[str, sympy.Expr] = {}
         self.params: set[str] = set()
         self.defaults: dict[str, Any] = {}
         self.used: list[str] = []
-
-    def fail(self, message: str, name: str) -> MetricError:
-        t = self.pos.first_use.get(name) or self.pos.call_tokens.get(name)
-        return self.pos.error(message, t) if t is not None else MetricError(message)
 
     def library(self, name: str) -> Any:
         """A named metric's parsed formula (parsed once), its parameters and defaults noted."""
@@ -300,7 +291,7 @@ class _Resolver:
 
 
 def resolve_curve(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,
-                  has_clause: bool, pos: Any, functions: Collection[str],
+                  pos: Any, functions: Collection[str],
                   parse_metric: Callable[[str], Any]) -> CurveFormula:
     """Turn the parser's placeholders into index form, with positioned errors.
 
@@ -309,12 +300,6 @@ def resolve_curve(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy
     module needs no parser). Bindings are substituted where they are used, so one binding
     may be a local 2 x 2 expression (used inside a reduction) or an outer one.
     """
-    if has_clause:
-        at = text.rfind("subject")
-        line = text.count("\n", 0, at) + 1
-        raise MetricSyntaxError("a curve formula takes no 'subject to' clause (for now); write the "
-                                "bound into best(): best(recall, precision >= 0.9)", text, line,
-                                at - (text.rfind("\n", 0, at) + 1) + 1)
     resolver = _Resolver(pos, parse_metric)
     resolver.bind(bindings, functions)
     result = resolver.walk(body, False)

@@ -22,8 +22,9 @@ MAX_CALL_NESTING = 30
 #: Depth of the expression tree once bindings are substituted (the deepest named
 #: metric has 8), so no later recursive step meets Python's recursion limit.
 MAX_DEPTH = 60
-# Constants stay within 10**±MAX_EXPONENT (metricc.budget; floats reach 1e308), so neither
-# `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
+#: Constants stay within 10**±MAX_EXPONENT (metricc.budget; floats reach 1e308), so neither
+#: `9^9^9` nor a chain of bindings squaring 1e300 makes SymPy build huge integers.
+MAX_EXPONENT = 300
 #: Largest |exponent| on a non-constant base: `(TP+1)^(10^6)` is no metric.
 MAX_POWER = 100
 #: Largest expression tree once bindings are substituted; the derivative of a
@@ -44,10 +45,6 @@ MAX_MINMAX_WORK = 400
 MAX_PRODUCT_WORK = 6_000
 
 
-#: Constants stay within 10**±MAX_EXPONENT (floats reach 1e308).
-MAX_EXPONENT = 300
-
-
 def log10_abs(n: sympy.Number) -> float:
     """``log10 |n|`` of a nonzero SymPy number, to within 1 (cheap for huge ints)."""
     if n.is_Rational:
@@ -66,7 +63,6 @@ def check_constants(expr: sympy.Expr, what: str) -> None:
             raise MetricError(
                 f"{what} needs a constant near 10^{round(log10_abs(n))}, beyond "
                 f"10^±{MAX_EXPONENT}; write the formula with smaller constants")
-
 
 
 def number_problem(e: sympy.Expr) -> str | None:

@@ -177,10 +177,6 @@ def share_sums(exprs: list[sympy.Expr]) -> list[sympy.Expr]:
     return [visit(e) for e in exprs]
 
 
-
-
-
-
 def _index_symbol(name: str) -> sympy.Dummy:
     # A Dummy is unique, so an index bound inside a binding or a named metric never
     # captures one of the same name outside it.
@@ -211,6 +207,7 @@ class _Resolver:
     def __init__(self, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr, pos: Any,
                  functions: Collection[str], library_formula: Callable[[str], MatrixFormula]) -> None:
         self.pos, self.functions, self.library_formula = pos, functions, library_formula
+        self.fail = pos.fail
         self.defined: dict[str, sympy.Expr] = {}
         self.params: set[str] = set()
         self.matrices: set[str] = set()
@@ -223,10 +220,6 @@ class _Resolver:
                     self.index_names.update(v.name for v in s.args[1:])
                 elif isinstance(s, (RowTotal, ColTotal, Delta)):
                     self.index_names.update(v.name for v in s.args if isinstance(v, sympy.Symbol))
-
-    def fail(self, message: str, name: str) -> MetricError:
-        t = self.pos.first_use.get(name) or self.pos.call_tokens.get(name)
-        return self.pos.error(message, t) if t is not None else MetricError(message)
 
     def index(self, x: sympy.Expr, bound: dict[str, sympy.Expr], what: str) -> sympy.Expr:
         if not isinstance(x, sympy.Symbol):  # pragma: no cover - the parser checks this
@@ -252,10 +245,10 @@ class _Resolver:
             if name in self.index_names:
                 raise pos.error(f"'{name}' is a class index and cannot be a binding", name_tok)
             self.defined[name] = expr
-        for name_tok, expr in bindings:  # a binding may only use the ones above it
-            later = [str(t) for t, _ in bindings[[str(b) for b, _ in bindings].index(str(name_tok)):]]
+        names = list(self.defined)  # in binding order, each once (a repeat was refused above)
+        for i, (_, expr) in enumerate(bindings):  # a binding may only use the ones above it
             for s in expr.atoms(sympy.Symbol):
-                if s.name in later:
+                if s.name in names[i:]:
                     raise pos.error(f"'{s.name}' is used before it is defined", pos.first_use[s.name])
 
     def name(self, name: str, bound: dict[str, sympy.Expr], stack: tuple[str, ...]) -> sympy.Expr:

@@ -15,26 +15,24 @@ from .syntax import Position, parser_for
 __all__ = ["syntax_tree"]
 
 
+#: Terminals named in words; any other with a fixed pattern is shown as that text.
+_TERM_WORDS = {"NAME": "a name", "NUMBER": "a number", "_SEP": "end of formula",
+               "$END": "end of formula", "POW_OP": "'^'"}
+
+
 def _friendly_expected(expected: set[str], parser: lark.Lark) -> str:
-    words = []
-    for term in sorted(expected):
-        if term == "NAME":
-            words.append("a name")
-        elif term == "NUMBER":
-            words.append("a number")
-        elif term in ("_SEP", "$END"):
-            words.append("end of formula")
-        else:
-            try:
-                pat = parser.get_terminal(term).pattern
-            except KeyError:
-                continue
-            if isinstance(pat, lark.lexer.PatternStr):
-                words.append(f"'{pat.value}'")
-            elif term == "POW_OP":
-                words.append("'^'")
-    words = sorted(set(words))
-    return ", ".join(words) if words else "something else"
+    words = set()
+    for term in expected:
+        if term in _TERM_WORDS:
+            words.add(_TERM_WORDS[term])
+            continue
+        try:
+            pat = parser.get_terminal(term).pattern
+        except KeyError:
+            continue
+        if isinstance(pat, lark.lexer.PatternStr):
+            words.add(f"'{pat.value}'")
+    return ", ".join(sorted(words)) or "something else"
 
 
 def _describe(tok: Token) -> str:

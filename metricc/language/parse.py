@@ -9,6 +9,8 @@ metrics, parameters) and is the public entry point.
 from __future__ import annotations
 
 import re
+from collections import ChainMap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar, cast
@@ -166,47 +168,44 @@ def _clause_spans(text: str, count: int) -> list[tuple[int, int]] | None:
     return out if len(out) == count else None
 
 
-def _bound(name: str, defined: dict[str, sympy.Expr]) -> sympy.Expr | None:
-    """What ``name`` stands for if it is bound: earlier bindings first, then the four counts,
-    then the totals (a total not yet rebound is the built-in one, as a Python name is the
-    builtin until a local assignment shadows it); None for every other name."""
-    if name in defined:
-        return defined[name]
-    if name in COUNTS:
-        return COUNTS[name]
-    return DERIVED.get(name)
+def _replace_names(expr: sympy.Expr, defined: dict[str, sympy.Expr],
+                   other: Callable[[str], sympy.Expr]) -> sympy.Expr:
+    """``expr`` with each name as written replaced: by an earlier binding, else a count, else a
+    total (a total not yet rebound is the built-in one, as a Python name is the builtin until a
+    local assignment shadows it); ``other(name)`` for every other name."""
+    bound = ChainMap(defined, COUNTS, DERIVED)
+    subs: dict[sympy.Symbol, sympy.Expr] = {}
+    for sym in expr.atoms(Name):
+        subs[sym] = bound[sym.name] if sym.name in bound else other(sym.name)
+    return expr.xreplace(subs) if subs else expr
 
 
 def _resolve_constraint(raw: RawConstraint, text: str, span: tuple[int, int],
                         defined: dict[str, sympy.Expr], pos: Position) -> ParsedConstraint:
     """Resolve the names of one constraint; an unknown name is a positioned error."""
     lhs, op, rhs = raw
+
+    def metric_value(name: str) -> sympy.Expr:
+        if (metric := lookup(name)) is None:
+            known = known_names() + list(defined)
+            raise _error_at(text, span, name, f"unknown metric '{name}' in a constraint"
+                            f"{suggest(name, known)}; each side is a number, a count, a "
+                            "named metric (`metricc list`) or a formula over them")
+        if metric.matrix or metric.curve:
+            kind = "K x K" if metric.matrix else "curve"
+            raise _error_at(text, span, name, f"'{name}' is a {kind} metric; constraints "
+                            "apply to 2 x 2 metrics for now")
+        inner = _library_formula(metric.name)
+        if missing := sorted(set(inner.parameters) - set(inner.defaults)):
+            raise _error_at(text, span, name, f"metric '{name}' has parameters "
+                            f"{', '.join(missing)} with no default; write its formula "
+                            "with numbers in the constraint")
+        return substitute(inner.expr, {sympy.Symbol(k): sympy.Rational(str(v))
+                                       for k, v in inner.defaults.items()})
+
     sides = []
     for side in (lhs, rhs):
-        subs: dict[sympy.Symbol, sympy.Expr] = {}
-        for sym in side.atoms(Name):
-            name = sym.name
-            if (known := _bound(name, defined)) is not None:
-                subs[sym] = known
-            elif (metric := lookup(name)) is not None:
-                if metric.matrix or metric.curve:
-                    kind = "K x K" if metric.matrix else "curve"
-                    raise _error_at(text, span, name, f"'{name}' is a {kind} metric; constraints "
-                                    "apply to 2 x 2 metrics for now")
-                inner = _library_formula(metric.name)
-                if inner.parameters and not set(inner.parameters) <= set(inner.defaults):
-                    missing = sorted(set(inner.parameters) - set(inner.defaults))
-                    raise _error_at(text, span, name, f"metric '{name}' has parameters "
-                                    f"{', '.join(missing)} with no default; write its formula "
-                                    "with numbers in the constraint")
-                subs[sym] = substitute(inner.expr, {sympy.Symbol(k): sympy.Rational(str(v))
-                                                    for k, v in inner.defaults.items()})
-            else:
-                known = known_names() + list(defined)
-                raise _error_at(text, span, name, f"unknown metric '{name}' in a constraint"
-                                f"{suggest(name, known)}; each side is a number, a count, a "
-                                "named metric (`metricc list`) or a formula over them")
-        expr = side.xreplace(subs) if subs else side
+        expr = _replace_names(side, defined, metric_value)
         check_size(expr, "constraint")
         sides.append(expr)
     line, column = _line_column(text, span[0])
@@ -219,17 +218,10 @@ def _error_at(text: str, span: tuple[int, int], name: str, message: str) -> Metr
     return MetricSyntaxError(message, text, *_line_column(text, offset))
 
 
-def _uses_matrix(parts: list[Any]) -> bool:
-    *bindings, body = parts
-    exprs = [body, *(e for _, e in bindings)]
-    if any(is_matrix_expr(e) for e in exprs):
-        return True
-    for e in exprs:
-        for sym in e.atoms(Name):
-            metric = lookup(sym.name)
-            if metric is not None and metric.matrix:
-                return True
-    return False
+def _uses_matrix(exprs: list[sympy.Expr]) -> bool:
+    return any(is_matrix_expr(e) for e in exprs) or any(
+        (metric := lookup(sym.name)) is not None and metric.matrix
+        for e in exprs for sym in e.atoms(Name))
 
 
 def _resolve(text: str, parts: list[Any], pos: Position) -> Formula | MatrixFormula | CurveFormula:
@@ -237,42 +229,39 @@ def _resolve(text: str, parts: list[Any], pos: Position) -> Formula | MatrixForm
     if parts and isinstance(parts[-1], ConstraintClause):
         *parts, clause = parts
     *bindings, body = parts
-    if uses_curve([body, *(e for _, e in bindings), *(x for c in clause or [] for x in (c[0], c[2]))]):
-        return resolve_curve(text, bindings, body, clause is not None, pos, FUNCTIONS, parse)
-    if _uses_matrix(parts):
-        if clause:
-            raise MetricSyntaxError("constraints apply to 2 x 2 metrics for now; a K x K "
-                                    "formula cannot take a 'subject to' clause", text,
-                                    *_line_column(text, text.rfind("subject")))
+    exprs = [body, *(e for _, e in bindings)]
+    curve = uses_curve([*exprs, *(x for c in clause or [] for x in (c[0], c[2]))])
+    matrix = not curve and _uses_matrix(exprs)
+    if clause and (curve or matrix):
+        why = ("a curve formula takes no 'subject to' clause (for now); write the bound into "
+               "best(): best(recall, precision >= 0.9)") if curve else (
+               "constraints apply to 2 x 2 metrics for now; a K x K formula cannot take a "
+               "'subject to' clause")
+        raise MetricSyntaxError(why, text, *_line_column(text, text.rfind("subject")))
+    if curve:
+        return resolve_curve(text, bindings, body, pos, FUNCTIONS, parse)
+    if matrix:
         return resolve_matrix(text, bindings, body, pos, FUNCTIONS, _library_matrix)
     defined: dict[str, sympy.Expr] = {}
-    later = {str(tok): tok for tok, _ in bindings}
+    upcoming = {str(tok) for tok, _ in bindings}  # bound on the line being resolved or below
     params: set[str] = set()
     defaults: dict[str, float] = {}
     metrics: list[str] = []
 
-    def resolve(expr: sympy.Expr, upcoming: set[str]) -> sympy.Expr:
-        subs: dict[sympy.Symbol, sympy.Expr] = {}
-        for sym in expr.atoms(Name):
-            name = sym.name
-            if (known := _bound(name, defined)) is not None:
-                subs[sym] = known
-            elif name in upcoming:
-                raise pos.error(f"'{name}' is used before it is defined", pos.first_use[name])
-            elif (metric := lookup(name)) is not None:
-                inner = _library_formula(metric.name)
-                if metric.name not in metrics:
-                    metrics.append(metric.name)
-                subs[sym] = inner.expr
-                for k, v in inner.defaults.items():
-                    defaults.setdefault(k, v)
-                params.update(inner.parameters)
-            else:
-                params.add(name)
-                subs[sym] = sympy.Symbol(name)
-        return expr.xreplace(subs) if subs else expr
+    def other(name: str) -> sympy.Expr:
+        if name in upcoming:
+            raise pos.error(f"'{name}' is used before it is defined", pos.first_use[name])
+        if (metric := lookup(name)) is None:
+            params.add(name)
+            return sympy.Symbol(name)
+        inner = _library_formula(metric.name)
+        if metric.name not in metrics:
+            metrics.append(metric.name)
+        for k, v in inner.defaults.items():
+            defaults.setdefault(k, v)
+        params.update(inner.parameters)
+        return inner.expr
 
-    remaining = set(later)
     sizes: dict[int, Any] = {}  # each binding's subtrees, sized once for the whole chain
     for tok, expr in bindings:
         name = str(tok)
@@ -285,13 +274,12 @@ def _resolve(text: str, parts: list[Any], pos: Position) -> Formula | MatrixForm
             raise pos.error(f"'{name}' is a function and cannot be redefined", tok)
         if name in defined:
             raise pos.error(f"'{name}' is defined twice", tok)
-        remaining.discard(name)
-        defined[name] = resolve(expr, remaining | {name})
+        defined[name] = _replace_names(expr, defined, other)
+        upcoming.discard(name)
         check_size(defined[name], f"binding '{name}'", sizes)
-    result = resolve(body, set())
+    result = _replace_names(body, defined, other)
     check_size(result, seen=sizes)
-    unused = set(params) & set(defined)
-    params -= unused
+    params -= set(defined)
     constraints: tuple[ParsedConstraint, ...] = ()
     if clause:
         spans = _clause_spans(text, len(clause)) or [(0, len(text))] * len(clause)

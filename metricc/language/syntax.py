@@ -64,7 +64,6 @@ def grammar_text() -> str:
     return checkout.read_text(encoding="utf-8")
 
 
-
 class Name(sympy.Symbol):
     """A symbol as written in the text; resolved to a count, binding, metric or parameter."""
 
@@ -77,6 +76,11 @@ class Position:
 
     def error(self, message: str, tok: Token) -> MetricSyntaxError:
         return MetricSyntaxError(message, self.text, tok.line or 1, tok.column or 1)
+
+    def fail(self, message: str, name: str) -> MetricError:
+        """The error at ``name``'s first use (or call); unpositioned where it has none."""
+        t = self.first_use.get(name) or self.call_tokens.get(name)
+        return self.error(message, t) if t is not None else MetricError(message)
 
 
 class _Chain:
