@@ -314,13 +314,14 @@ def verify_constraints(metric: Any, derivatives: Any, options: dict[str, Any]) -
     import dataclasses
 
     from .errors import VerificationError
-    from .verify.counts import verify
+    from .verify.counts import verify_counts
 
     raise_on_failure = options.pop("raise_on_failure", True)
-    report = verify(metric._objective(), derivatives=derivatives, raise_on_failure=False,
-                    **options)
+    numeric = options.get("numeric", True)
+    report = verify_counts(metric._objective().verify_subject(numeric), derivatives,
+                           raise_on_failure=False, **options)
     for c in metric.constraints:
-        sub = verify(c.metric, raise_on_failure=False, **options)
+        sub = verify_counts(c.metric.verify_subject(numeric), raise_on_failure=False, **options)
         report.checks += [dataclasses.replace(k, name=f"constraint {c.text}: {k.name}")
                           for k in sub.checks]
     if raise_on_failure and not report.ok:

@@ -78,6 +78,17 @@ def test_deprecated_paths_give_the_same_objects() -> None:
     assert best_threshold is metricc.best_threshold
 
 
+def test_0_1_verify_function_warns_and_verifies() -> None:
+    """0.1's ``metricc.verify.verify(metric)`` (in its ``__all__``) still runs, and warns."""
+    from metricc.verify import verify
+
+    with pytest.warns(DeprecationWarning, match="0.3"):
+        report = verify(metricc.compile("precision"), numeric=False)
+    assert report.ok and report.checks
+    assert [c.name for c in report.checks] == [
+        c.name for c in metricc.compile("precision").verify(numeric=False).checks]
+
+
 def test_pickles_written_by_0_1_still_load() -> None:
     objs = torch.load(DATA, weights_only=False)
     f1 = objs["metric_f1"]

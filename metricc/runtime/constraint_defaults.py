@@ -111,7 +111,7 @@ def stall_message(label: str, value: float, rates: str, relaxation: str, amplifi
     'recall >= 0.8' violated for 400 steps (0/1 value 0.64 at probability 0.5) while its
     multiplier grew from 1.2 to 6.3: the relaxation may be saturated; try amplifier=10 and
     multiplier_lr=0.2, check the bound is reachable with m.check(), judge it on a whole pass
-    (metricc.evaluate.operating.BestFeasible)
+    (metricc.decisions.BestFeasible)
     """
     what = "0/1 value" if rates == "hard" else "relaxed value"
     shown = f"{value:.3g}" if math.isfinite(value) else "undefined"
@@ -127,4 +127,4 @@ def stall_message(label: str, value: float, rates: str, relaxation: str, amplifi
     return (f"'{label}' violated for {steps} steps ({what} {shown} at probability 0.5) while its "
             f"multiplier grew from {start:.3g} to {now:.3g}: the relaxation may be saturated; "
             f"{advice}, check the bound is reachable with m.check(), judge it on a whole pass "
-            "(metricc.evaluate.operating.BestFeasible)")
+            "(metricc.decisions.BestFeasible)")

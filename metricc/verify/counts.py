@@ -29,7 +29,7 @@ from .proofs import RELATIVE, ROUNDED_RELATIVE, as_printed, run_symbolically, sy
 from .relaxations import class_checks, relaxation_cases, relaxation_checks
 from .report import Check, VerificationReport, finish
 
-__all__ = ["Check", "CountsSubject", "VerificationReport", "symbolic_equal", "verify", "verify_counts"]
+__all__ = ["Check", "CountsSubject", "VerificationReport", "symbolic_equal", "verify_counts"]
 
 #: Generated kernels longer than this (characters) are finite-differenced at FD_ELEMENTS elements.
 FD_KERNEL_CHARS = 4000
@@ -283,19 +283,3 @@ def verify_counts(metric: CountsSubject, derivatives: Mapping[str, str] | None =
         _host_twin_check(metric, report, seed)
         _class_numeric_checks(metric, report, seed)
     return finish(report, raise_on_failure)
-
-
-def verify(metric: Any, derivatives: Mapping[str, str] | None = None, **options: Any
-           ) -> VerificationReport:
-    """:func:`verify_counts` of a :class:`metricc.Metric` (the facade's ``verify()``).
-
-    >>> import metricc
-    >>> verify(metricc.compile("precision"), numeric=False).ok
-    True
-    """
-    check = getattr(metric, "check", None)  # constraints' objectives have no check()
-    constant = (options.get("numeric", True) and check is not None
-                and not check().depends_on_predictions)
-    subject = CountsSubject(metric.expr, metric.kernels_source, dict(metric.parameters),
-                            metric.higher_is_better, metric.loss, constant=bool(constant))
-    return verify_counts(subject, derivatives, **options)

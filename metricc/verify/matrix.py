@@ -21,14 +21,13 @@ from typing import Any
 import sympy
 
 from ..analysis.matrix import expand, guard_matrix
-from ..errors import MetricError
 from ..language.functions import KERNEL_METHODS
 from ..language.symbols import EPS, Present
 from .numeric import against_reference, reference_lambdify
 from .proofs import as_printed, equal_at_points, run_symbolically, vectorized_torch
 from .report import Check, VerificationReport, finish
 
-__all__ = ["MatrixSubject", "kernel_namespace", "run_kernel_symbolically", "verify_matrix",
+__all__ = ["MatrixSubject", "kernel_namespace", "run_kernel_symbolically",
            "verify_matrix_data"]
 
 
@@ -196,22 +195,3 @@ def verify_matrix_data(metric: MatrixSubject, *, seed: int = 0, size: int = 24,
     if numeric:
         _numeric_checks(metric, report, seed, size, metric.num_classes or 4)
     return finish(report, raise_on_failure)
-
-
-def verify_matrix(metric: Any, *, seed: int = 0, size: int = 24,
-                  sizes: tuple[int, ...] = (2, 3), numeric: bool = True,
-                  raise_on_failure: bool = True, **unused: Any) -> VerificationReport:
-    """:func:`verify_matrix_data` of a K x K :class:`metricc.Metric` (the facade's
-    ``verify()``); raise :class:`VerificationError` on a failure.
-
-    >>> import metricc
-    >>> metricc.compile("multiclass_accuracy").verify().ok
-    True
-    """
-    if unused:
-        raise MetricError(f"verify() of a K x K metric takes no {', '.join(unused)}")
-    subject = MatrixSubject(metric.expr, metric.kernels_source, tuple(metric.matrix_parameters),
-                            dict(metric.matrix_values), metric.higher_is_better, metric.loss,
-                            metric.num_classes)
-    return verify_matrix_data(subject, seed=seed, size=size, sizes=sizes, numeric=numeric,
-                              raise_on_failure=raise_on_failure)
