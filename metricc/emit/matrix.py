@@ -6,6 +6,7 @@ that axis, so one kernel serves every K (``docs/matrix.md``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -14,7 +15,7 @@ from sympy import Indexed, KroneckerDelta, Sum
 
 from ..analysis.matrix import gradient, guard_matrix
 from ..analysis.size import rename as rename_symbols
-from ..language.matrix import ordered_dummies, share_sums
+from ..language.matrix import share_sums
 from ..language.symbols import EPS, A, B, K, Present
 from .printer import MetricPrinter, check_emittable
 
@@ -31,6 +32,48 @@ def _uses_index(expr: sympy.Expr, sym: sympy.Symbol) -> bool:
     if expr == sym:
         return True
     return any(_uses_index(a, sym) for a in expr.args)
+
+
+def ordered_dummies(exprs: list[sympy.Expr]) -> list[sympy.Symbol]:
+    """The summation indices in an order that does not depend on how they were created.
+
+    SymPy orders a sum's terms partly by its indices' creation counters, which differ between
+    processes (SymPy creates indices while iterating hash-seeded sets); numbered in plain
+    traversal order, the kernels would differ too. Here each node's children are visited in
+    the order of their shape with every index masked and, where two shapes tie, of their
+    text with the indices already met written as their number.
+    """
+    bound = {v for e in exprs for node in sympy.preorder_traversal(e) if isinstance(node, Sum)
+             for v, _, _ in node.limits}
+    shapes: dict[sympy.Basic, str] = {}
+    seen: dict[sympy.Symbol, str] = {}
+
+    def shape(e: sympy.Basic) -> str:
+        if e not in shapes:
+            parts = [shape(a) for a in e.args]
+            if e.is_commutative and isinstance(e, (sympy.Add, sympy.Mul)):
+                parts.sort()
+            text = "_" if e in bound else (
+                f"{type(e).__name__}({','.join(parts)})" if e.args else sympy.srepr(e))
+            shapes[e] = hashlib.sha1(text.encode()).hexdigest()
+        return shapes[e]
+
+    def named(e: sympy.Basic) -> str:
+        return sympy.srepr(e.xreplace({v: sympy.Symbol(seen.get(v, "_")) for v in bound}))
+
+    def walk(e: sympy.Basic) -> None:
+        if isinstance(e, Sum):
+            for v, _, _ in e.limits:
+                seen.setdefault(v, f"#{len(seen)}")
+        children = sorted(e.args, key=shape)
+        if len({shape(c) for c in children}) < len(children):  # a tie: the text decides
+            children.sort(key=lambda c: (shape(c), named(c)))
+        for child in children:
+            walk(child)
+
+    for e in exprs:
+        walk(e)
+    return list(seen)
 
 
 def _matrix_printer(axes: dict[str, int]) -> Any:

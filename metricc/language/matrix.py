@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -139,16 +139,6 @@ def display(expr: sympy.Expr) -> str:
     'sum(i, C[i, i])/n'
     """
     return _MatrixStrPrinter({"order": "none"}).doprint(expr)
-
-
-def ordered_dummies(exprs: Iterable[sympy.Expr]) -> list[sympy.Symbol]:
-    seen: dict[sympy.Symbol, None] = {}
-    for e in exprs:
-        for node in sympy.preorder_traversal(e):
-            if isinstance(node, Sum):
-                for v, _, _ in node.limits:
-                    seen.setdefault(v, None)
-    return list(seen)
 
 
 def share_sums(exprs: list[sympy.Expr]) -> list[sympy.Expr]:
