@@ -211,7 +211,6 @@ def _check_preds(p: Tensor, t: Tensor) -> None:
 #: Most elements of the (N, C, *) one-hot layout score() builds for multiclass labels, and
 #: of the K x K matrix a K x K score() counts into (one limit for both statistics).
 MAX_ONEHOT = 2**28
-_MAX_ONEHOT = MAX_ONEHOT
 
 
 def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
@@ -307,9 +306,9 @@ def _multiclass_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
         c = num_classes
         if c < 2:  # before the index check below, which would say "in 0..-2"
             raise err(f"mode='multiclass' needs num_classes >= 2, got {c}")
-        if p.numel() * c > _MAX_ONEHOT:
+        if p.numel() * c > MAX_ONEHOT:
             raise err(f"num_classes={c} with {p.numel()} predictions needs a one-hot layout "
-                      f"of {p.numel() * c} elements (the limit is {_MAX_ONEHOT}); pass the "
+                      f"of {p.numel() * c} elements (the limit is {MAX_ONEHOT}); pass the "
                       "true number of classes")
         if p.numel() and not bool(((p >= 0) & (p < c)).all()):
             raise err(f"multiclass preds must be class indices in 0..{c - 1}")
