@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import MetricError, MetricWarning, outside_stacklevel
 from .objective import CountsBound, CountsObjective
 
-__all__ = ["ThresholdChoice", "ThresholdCounts", "choose_threshold",
+__all__ = ["ThresholdChoice", "ThresholdCounts", "as_array", "choose_threshold",
            "threshold_counts"]
 
 
@@ -83,23 +83,18 @@ class ThresholdChoice(_Choice):
         return f"{pair[:-1]}, confidence={self.confidence!r}, bounds={self.bounds!r})"
 
 
-def _as_array(x: Any, what: str) -> np.ndarray:
-    try:
-        import torch
+def as_array(x: Any, what: str) -> np.ndarray:
+    """``x`` (a tensor, array or list of numbers) as a numpy array, or a MetricError naming ``what``."""
+    import torch  # on use: ``import metricc`` loads this module, and ``metricc grad`` no torch
 
-        if isinstance(x, torch.Tensor):
-            x = x.detach().cpu()
-            if x.dtype == torch.bfloat16:
-                x = x.float()
-            x = x.numpy()
-    except ImportError:  # pragma: no cover - torch is a dependency; numpy input needs none
-        pass
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        x = (x.float() if x.dtype == torch.bfloat16 else x).numpy()
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as e:
         raise MetricError(f"{what} must be an array, tensor or list of numbers: {e}") from None
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)
-                                   or arr.dtype == np.bool_):
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
         raise MetricError(f"{what} must hold numbers, got dtype {arr.dtype}")
     return arr
 
@@ -114,8 +109,8 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
     >>> c.thresholds.tolist()[1:], c.tp.tolist(), c.fp.tolist()
     ([0.9, 0.6, 0.2], [0.0, 1.0, 1.0, 2.0], [0.0, 0.0, 1.0, 2.0])
     """
-    s = _as_array(scores, "scores")
-    t = _as_array(target, "target")
+    s = as_array(scores, "scores")
+    t = as_array(target, "target")
     if s.shape != t.shape:
         raise MetricError(f"scores and target must have the same shape, got {s.shape} and "
                           f"{t.shape}")
