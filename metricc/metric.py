@@ -85,13 +85,6 @@ def _check_parameter_ranges(parsed: Formula | MatrixFormula | CurveFormula, give
                 raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
 
 
-def _recompile(text: str, params: tuple[tuple[str, float], ...], higher_is_better: bool,
-               constraints: tuple[str, ...] = ()) -> Metric:
-    """How a K x K ``MatrixMetric`` unpickled in earlier releases (kept for their pickles)."""
-    return compile(text, higher_is_better=higher_is_better, constraints=constraints or None,
-                   **dict(params))
-
-
 def _rebuild_metric(formula: str, param_items: tuple[tuple[str, float], ...],
                     higher_is_better: bool | None, constraints: tuple[str, ...] = ()) -> Metric:
     """Unpickle a :class:`Metric`: compile it again (a cache hit if it was compiled here)."""
@@ -100,6 +93,8 @@ def _rebuild_metric(formula: str, param_items: tuple[tuple[str, float], ...],
 
 
 Metric.rebuild = staticmethod(_rebuild_metric)  # type: ignore[assignment]
+#: How a K x K ``MatrixMetric`` unpickled in earlier releases (kept for their pickles).
+_recompile = _rebuild_metric
 
 
 def _rebuild_constraint_metric(spec: tuple[Any, ...], index: int) -> Metric:
