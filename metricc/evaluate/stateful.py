@@ -129,9 +129,6 @@ class StatefulMetric(_ShapeCheckedSync):
         self._undefined = tuple(undefined)
         self.mode = mode
         self.num_classes = num_classes
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-                or math.isnan(threshold):
-            raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
         self.threshold = float(threshold)
         self.from_logits = check_flag("from_logits", from_logits)
         self.average = average
