@@ -219,10 +219,16 @@ def _columns(scores: Any, target: Any, what: str) -> tuple[np.ndarray, np.ndarra
     return (s, y, "multilabel") if s.ndim == 2 else (s[:, None], y[:, None], "binary")
 
 
-def _averaged(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
-              target: Any, sample_weight: Any, average: str | None, what: str
-              ) -> float | np.ndarray:
-    """``score`` of each column averaged as scikit-learn's ``_average_binary_score``."""
+def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
+                   target: Any, sample_weight: Any = None, *, average: str | None = "macro",
+                   what: str = "score") -> float | np.ndarray:
+    """``score(scores, labels, weights)`` of each column, averaged as scikit-learn averages
+    ``roc_auc_score`` and ``average_precision_score`` (binary ``(N,)``, multilabel ``(N, C)``,
+    multiclass one-vs-rest ``(N, C)`` with ``(N,)`` class indices); :func:`auroc` does the same.
+
+    >>> column_average(lambda s, y, w: float(y.mean()), [[0.2, 0.8], [0.6, 0.4]], [[1, 0], [1, 1]])
+    0.75
+    """
     average = None if average == "none" else average
     if average not in AVERAGES:
         raise MetricError(f"average must be one of 'macro', 'weighted', 'micro' or None, got {average!r}")
@@ -247,19 +253,6 @@ def _averaged(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float
     if average is None:
         return values
     return float(np.average(values, weights=support))
-
-
-def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
-                   target: Any, sample_weight: Any = None, *, average: str | None = "macro",
-                   what: str = "score") -> float | np.ndarray:
-    """``score(scores, labels, weights)`` of each column, averaged as scikit-learn averages
-    ``roc_auc_score`` and ``average_precision_score`` (binary ``(N,)``, multilabel ``(N, C)``,
-    multiclass one-vs-rest ``(N, C)`` with ``(N,)`` class indices); :func:`auroc` does the same.
-
-    >>> column_average(lambda s, y, w: float(y.mean()), [[0.2, 0.8], [0.6, 0.4]], [[1, 0], [1, 1]])
-    0.75
-    """
-    return _averaged(score, scores, target, sample_weight, average, what)
 
 
 def auroc(scores: Any, target: Any, sample_weight: Any = None, *, average: str | None = "macro",
@@ -294,7 +287,7 @@ def auroc(scores: Any, target: Any, sample_weight: Any = None, *, average: str |
             return _binned_roc(binned_counts(s, y, thresholds, w))
         return _roc_area(_curve(s, y, w), max_fpr)
 
-    return _averaged(score, scores, target, sample_weight, average, "AUROC")
+    return column_average(score, scores, target, sample_weight, average=average, what="AUROC")
 
 
 def partial_auroc(scores: Any, target: Any, max_fpr: float, sample_weight: Any = None, *,
@@ -323,7 +316,8 @@ def average_precision(scores: Any, target: Any, sample_weight: Any = None, *,
             return _binned_precision(binned_counts(s, y, thresholds, w))
         return _precision_area(_curve(s, y, w))
 
-    return _averaged(score, scores, target, sample_weight, average, "average precision")
+    return column_average(score, scores, target, sample_weight, average=average,
+                          what="average precision")
 
 
 def _evaluate(fn: CountFn, tp: np.ndarray, fp: np.ndarray, c: ExactCurve, what: str
