@@ -132,8 +132,6 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
     _check_preds(p, t)
     if mode == "binary":
         binary_validate(p, t, ("preds", "target"), "")
-        if p.numel() == 0:
-            raise MetricError("score() needs at least one prediction")
         mask = None if ignore_index is None else t != ignore_index
         _check_01(t, mask, "binary")
         scores = p
