@@ -116,8 +116,6 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
                           f"{t.shape}")
     if s.size == 0:
         raise MetricError("best_threshold() needs at least one score")
-    if s.dtype == np.bool_:
-        s = s.astype(np.float64)
     if not np.isfinite(s).all():
         bad = int((~np.isfinite(s)).sum())
         raise MetricError(f"scores hold {bad} NaN or infinite value{'s' * (bad > 1)}; "
@@ -129,7 +127,7 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
     s = s.reshape(-1)
     y = t.reshape(-1).astype(np.float64)
     # Floating scores keep their dtype so that the returned thresholds compare against
-    # them exactly; integer scores become float64.
+    # them exactly; integer and bool scores become float64.
     if not np.issubdtype(s.dtype, np.floating):
         s = s.astype(np.float64)
     order = np.argsort(-s, kind="stable")
