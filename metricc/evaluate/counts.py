@@ -24,7 +24,7 @@ from ..runtime.hints import integer_preds_error, label_error
 from ..runtime.modes import binary_validate, class_rows
 from ..runtime.options import check_class_options, look_up_option, select_classes
 
-__all__ = ["MAX_ONEHOT", "input_tensor", "score", "score_classes"]
+__all__ = ["MAX_ONEHOT", "check_inputs", "input_tensor", "score", "score_classes"]
 
 #: ``Metric.value``: ``(tp, fp, fn, tn, *, zero_division) -> float or tensor``.
 Value = Callable[..., Any]
@@ -196,14 +196,19 @@ def _check_preds(p: Tensor, t: Tensor) -> None:
     """Refuse what would crash later or count silently wrong."""
     if p.numel() == 0 or t.numel() == 0:
         raise MetricError("score() needs at least one prediction")
+    check_inputs(p, t)
+
+
+def check_inputs(p: Tensor, t: Tensor, nan_does: str = "a NaN would count as a negative prediction"
+                 ) -> None:
+    """Refuse tensors without values, complex ones, and NaN scores (``nan_does``: what a NaN
+    would silently do: ``NaN >= threshold`` is False)."""
     if "meta" in (p.device.type, t.device.type):
         raise MetricError("score() needs real tensors; meta tensors hold no values")
     if p.is_complex() or t.is_complex():
         raise MetricError("score() needs real predictions and targets, got complex numbers")
     if p.is_floating_point() and bool(torch.isnan(p).any()):
-        # NaN >= threshold is False: a NaN would count as a negative prediction.
-        raise MetricError("preds contain NaN; check the model output (a NaN would count as "
-                          "a negative prediction)")
+        raise MetricError(f"preds contain NaN; check the model output ({nan_does})")
 
 
 #: Most elements of the (N, C, *) one-hot layout score() builds for multiclass labels, and
