@@ -144,9 +144,7 @@ class MatrixMetric(Metric):
         raise MetricError("best_threshold and BestFeasible apply to binary decisions; a K x K "
                           "metric scores the argmax over classes")
 
-    def decision_objective(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Not applicable, for the reason :meth:`best_threshold` gives (it raises it)."""
-        return self.best_threshold(*args, **kwargs)
+    decision_objective = best_threshold  # not applicable either, for the same reason
 
     # --- symbolic --------------------------------------------------------------------------
     @property
