@@ -66,9 +66,7 @@ def _decision(p: Tensor, threshold: float | None, from_logits: bool) -> tuple[Te
         check_01_preds(p)
         return p, cut
     if p.numel():
-        lo, hi = (float(v) for v in torch.aminmax(p.detach()))
-        if math.isnan(lo) or math.isnan(hi):
-            raise MetricError("preds contains NaN")
+        lo, hi = (float(v) for v in torch.aminmax(p.detach()))  # no NaN: _check_preds refused it
         if threshold is None and not from_logits and (lo < 0 or hi > 1):
             raise MetricError(f"preds has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
                               "from_logits=False: pass from_logits=True if these are logits (the "
