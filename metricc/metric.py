@@ -80,8 +80,7 @@ def _check_parameter_ranges(parsed: Formula | MatrixFormula | CurveFormula, give
         assert metric is not None
         for param, (low, why) in metric.bounds.items():
             value = given.get(param)
-            if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
-                    and value < low:
+            if not isinstance(value, bool) and isinstance(value, (int, float)) and value < low:
                 raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
 
 
