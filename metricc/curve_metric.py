@@ -189,9 +189,7 @@ class CurveMetric(Metric):
                           "curve metric is over all of them (best(f) is the best value of f over "
                           "thresholds)")
 
-    def decision_objective(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Not applicable, for the reason :meth:`best_threshold` gives (it raises it)."""
-        return self.best_threshold(*args, **kwargs)
+    decision_objective = best_threshold  # not applicable either, for the same reason
 
     @checked_keywords(("num_labels", "num_classes", "ignore_index", "from_logits", *TORCHMETRICS_OPTIONS))
     def metric(self, *, thresholds: Any = None, average: str | None = "macro",  # type: ignore[override]

@@ -8,6 +8,7 @@ check report (:mod:`metricc.analysis.matrix_check`) and verification (``docs/mat
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -72,17 +73,12 @@ def matrix_parameter(name: str, value: Any) -> sympy.Expr | tuple[tuple[float, .
         raise MetricError(f"parameter {name} is a K x K matrix: give a square list of lists "
                           f"(or an array) of numbers, or a formula in i and j such as "
                           f"'(i-j)^2'; got {value!r}")
-    rows = []
-    for r in value:
-        row = []
-        for v in r:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise MetricError(f"parameter {name} must hold finite numbers, got {v!r}")
-            row.append(float(v))
-        rows.append(tuple(row))
-    if len(rows) < 2:
+    for v in itertools.chain.from_iterable(value):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise MetricError(f"parameter {name} must hold finite numbers, got {v!r}")
+    if len(value) < 2:
         raise MetricError(f"parameter {name} must be at least 2 x 2")
-    return tuple(rows)
+    return tuple(tuple(float(v) for v in r) for r in value)
 
 
 def _matrix_tensor(matrix: Any) -> Any:
@@ -144,9 +140,7 @@ class MatrixMetric(Metric):
         raise MetricError("best_threshold and BestFeasible apply to binary decisions; a K x K "
                           "metric scores the argmax over classes")
 
-    def decision_objective(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Not applicable, for the reason :meth:`best_threshold` gives (it raises it)."""
-        return self.best_threshold(*args, **kwargs)
+    decision_objective = best_threshold  # not applicable either, for the same reason
 
     # --- symbolic --------------------------------------------------------------------------
     @property

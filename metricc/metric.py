@@ -80,16 +80,8 @@ def _check_parameter_ranges(parsed: Formula | MatrixFormula | CurveFormula, give
         assert metric is not None
         for param, (low, why) in metric.bounds.items():
             value = given.get(param)
-            if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
-                    and value < low:
+            if not isinstance(value, bool) and isinstance(value, (int, float)) and value < low:
                 raise MetricError(f"{metric.name}'s {param} must be >= {low:g}, got {value!r}: {why}")
-
-
-def _recompile(text: str, params: tuple[tuple[str, float], ...], higher_is_better: bool,
-               constraints: tuple[str, ...] = ()) -> Metric:
-    """How a K x K ``MatrixMetric`` unpickled in earlier releases (kept for their pickles)."""
-    return compile(text, higher_is_better=higher_is_better, constraints=constraints or None,
-                   **dict(params))
 
 
 def _rebuild_metric(formula: str, param_items: tuple[tuple[str, float], ...],
@@ -100,6 +92,8 @@ def _rebuild_metric(formula: str, param_items: tuple[tuple[str, float], ...],
 
 
 Metric.rebuild = staticmethod(_rebuild_metric)  # type: ignore[assignment]
+#: How a K x K ``MatrixMetric`` unpickled in earlier releases (kept for their pickles).
+_recompile = _rebuild_metric
 
 
 def _rebuild_constraint_metric(spec: tuple[Any, ...], index: int) -> Metric:

@@ -24,7 +24,7 @@ from ..runtime.hints import integer_preds_error, label_error
 from ..runtime.modes import binary_validate, class_rows
 from ..runtime.options import check_class_options, look_up_option, select_classes
 
-__all__ = ["MAX_ONEHOT", "input_tensor", "score", "score_classes"]
+__all__ = ["MAX_ONEHOT", "check_inputs", "input_tensor", "score", "score_classes"]
 
 #: ``Metric.value``: ``(tp, fp, fn, tn, *, zero_division) -> float or tensor``.
 Value = Callable[..., Any]
@@ -66,9 +66,7 @@ def _decision(p: Tensor, threshold: float | None, from_logits: bool) -> tuple[Te
         check_01_preds(p)
         return p, cut
     if p.numel():
-        lo, hi = (float(v) for v in torch.aminmax(p.detach()))
-        if math.isnan(lo) or math.isnan(hi):
-            raise MetricError("preds contains NaN")
+        lo, hi = (float(v) for v in torch.aminmax(p.detach()))  # no NaN: _check_preds refused it
         if threshold is None and not from_logits and (lo < 0 or hi > 1):
             raise MetricError(f"preds has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
                               "from_logits=False: pass from_logits=True if these are logits (the "
@@ -132,8 +130,6 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
     _check_preds(p, t)
     if mode == "binary":
         binary_validate(p, t, ("preds", "target"), "")
-        if p.numel() == 0:
-            raise MetricError("score() needs at least one prediction")
         mask = None if ignore_index is None else t != ignore_index
         _check_01(t, mask, "binary")
         scores = p
@@ -198,20 +194,24 @@ def _check_preds(p: Tensor, t: Tensor) -> None:
     """Refuse what would crash later or count silently wrong."""
     if p.numel() == 0 or t.numel() == 0:
         raise MetricError("score() needs at least one prediction")
+    check_inputs(p, t)
+
+
+def check_inputs(p: Tensor, t: Tensor, nan_does: str = "a NaN would count as a negative prediction"
+                 ) -> None:
+    """Refuse tensors without values, complex ones, and NaN scores (``nan_does``: what a NaN
+    would silently do: ``NaN >= threshold`` is False)."""
     if "meta" in (p.device.type, t.device.type):
         raise MetricError("score() needs real tensors; meta tensors hold no values")
     if p.is_complex() or t.is_complex():
         raise MetricError("score() needs real predictions and targets, got complex numbers")
     if p.is_floating_point() and bool(torch.isnan(p).any()):
-        # NaN >= threshold is False: a NaN would count as a negative prediction.
-        raise MetricError("preds contain NaN; check the model output (a NaN would count as "
-                          "a negative prediction)")
+        raise MetricError(f"preds contain NaN; check the model output ({nan_does})")
 
 
 #: Most elements of the (N, C, *) one-hot layout score() builds for multiclass labels, and
 #: of the K x K matrix a K x K score() counts into (one limit for both statistics).
 MAX_ONEHOT = 2**28
-_MAX_ONEHOT = MAX_ONEHOT
 
 
 def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
@@ -307,9 +307,9 @@ def _multiclass_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
         c = num_classes
         if c < 2:  # before the index check below, which would say "in 0..-2"
             raise err(f"mode='multiclass' needs num_classes >= 2, got {c}")
-        if p.numel() * c > _MAX_ONEHOT:
+        if p.numel() * c > MAX_ONEHOT:
             raise err(f"num_classes={c} with {p.numel()} predictions needs a one-hot layout "
-                      f"of {p.numel() * c} elements (the limit is {_MAX_ONEHOT}); pass the "
+                      f"of {p.numel() * c} elements (the limit is {MAX_ONEHOT}); pass the "
                       "true number of classes")
         if p.numel() and not bool(((p >= 0) & (p < c)).all()):
             raise err(f"multiclass preds must be class indices in 0..{c - 1}")

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import MetricError, MetricWarning
+from .threshold import as_array
 
 __all__ = ["BinnedCounts", "ExactCurve", "OperatingPoint", "auroc", "average_precision", "best_value",
            "binned_counts", "column_average", "exact_curve", "partial_auroc", "value_at"]
@@ -57,21 +58,8 @@ class OperatingPoint(NamedTuple):
     threshold: float
 
 
-def _array(x: Any, what: str) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
-        x = (x.float() if x.dtype == torch.bfloat16 else x).numpy()
-    try:
-        arr = np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise MetricError(f"{what} must be an array, tensor or list of numbers: {e}") from None
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-        raise MetricError(f"{what} must hold numbers, got dtype {arr.dtype}")
-    return arr
-
-
 def _scores(x: Any, ndim: tuple[int, ...]) -> np.ndarray:
-    s = _array(x, "scores")
+    s = as_array(x, "scores")
     if s.ndim not in ndim:
         raise MetricError(f"scores must have {' or '.join(map(str, ndim))} dimensions, got shape {s.shape}")
     s = s.astype(np.float64) if not np.issubdtype(s.dtype, np.floating) else s
@@ -82,7 +70,7 @@ def _scores(x: Any, ndim: tuple[int, ...]) -> np.ndarray:
 
 
 def _labels(x: Any, shape: tuple[int, ...]) -> np.ndarray:
-    y = _array(x, "target")
+    y = as_array(x, "target")
     if y.shape != shape:
         raise MetricError(f"target must have the scores' shape {shape}, got {y.shape}")
     if not ((y == 0) | (y == 1)).all():
@@ -95,7 +83,7 @@ def _labels(x: Any, shape: tuple[int, ...]) -> np.ndarray:
 def _weights(x: Any, n: int) -> np.ndarray | None:
     if x is None:
         return None
-    w = _array(x, "sample_weight").astype(np.float64)
+    w = as_array(x, "sample_weight").astype(np.float64)
     if w.shape != (n,):
         raise MetricError(f"sample_weight must have shape ({n},), one weight per sample, got {w.shape}")
     if not (np.isfinite(w).all() and (w >= 0).all()):
@@ -181,7 +169,7 @@ def _grid(thresholds: Any) -> np.ndarray:
         # torch's linspace (float64), the grid of torchmetrics' binned mode: numpy's rounds
         # some points differently (0.6000000000000001 at T = 11), which moves tied scores
         return torch.linspace(0.0, 1.0, int(thresholds), dtype=torch.float64).numpy()
-    grid = _array(thresholds, "thresholds").astype(np.float64)
+    grid = as_array(thresholds, "thresholds").astype(np.float64)
     if grid.ndim != 1 or grid.size < 2 or not (np.diff(grid) > 0).all() or not np.isfinite(grid).all():
         raise MetricError("thresholds must be an int (grid points on [0, 1]) or an increasing 1-D "
                           "sequence of at least 2 finite numbers")
@@ -215,7 +203,7 @@ def binned_counts(scores: Any, target: Any, thresholds: Any = 100, sample_weight
 def _columns(scores: Any, target: Any, what: str) -> tuple[np.ndarray, np.ndarray, str]:
     """``(S, Y, kind)``: ``(N, C)`` scores and 0/1 labels; kind binary, multilabel or multiclass."""
     s = _scores(scores, (1, 2))
-    t = _array(target, "target")
+    t = as_array(target, "target")
     if s.ndim == 2 and t.shape == s.shape[:1]:
         classes = s.shape[1]
         if not np.issubdtype(t.dtype, np.integer) and not (
@@ -231,10 +219,16 @@ def _columns(scores: Any, target: Any, what: str) -> tuple[np.ndarray, np.ndarra
     return (s, y, "multilabel") if s.ndim == 2 else (s[:, None], y[:, None], "binary")
 
 
-def _averaged(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
-              target: Any, sample_weight: Any, average: str | None, what: str
-              ) -> float | np.ndarray:
-    """``score`` of each column averaged as scikit-learn's ``_average_binary_score``."""
+def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
+                   target: Any, sample_weight: Any = None, *, average: str | None = "macro",
+                   what: str = "score") -> float | np.ndarray:
+    """``score(scores, labels, weights)`` of each column, averaged as scikit-learn averages
+    ``roc_auc_score`` and ``average_precision_score`` (binary ``(N,)``, multilabel ``(N, C)``,
+    multiclass one-vs-rest ``(N, C)`` with ``(N,)`` class indices); :func:`auroc` does the same.
+
+    >>> column_average(lambda s, y, w: float(y.mean()), [[0.2, 0.8], [0.6, 0.4]], [[1, 0], [1, 1]])
+    0.75
+    """
     average = None if average == "none" else average
     if average not in AVERAGES:
         raise MetricError(f"average must be one of 'macro', 'weighted', 'micro' or None, got {average!r}")
@@ -261,19 +255,6 @@ def _averaged(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float
     return float(np.average(values, weights=support))
 
 
-def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
-                   target: Any, sample_weight: Any = None, *, average: str | None = "macro",
-                   what: str = "score") -> float | np.ndarray:
-    """``score(scores, labels, weights)`` of each column, averaged as scikit-learn averages
-    ``roc_auc_score`` and ``average_precision_score`` (binary ``(N,)``, multilabel ``(N, C)``,
-    multiclass one-vs-rest ``(N, C)`` with ``(N,)`` class indices); :func:`auroc` does the same.
-
-    >>> column_average(lambda s, y, w: float(y.mean()), [[0.2, 0.8], [0.6, 0.4]], [[1, 0], [1, 1]])
-    0.75
-    """
-    return _averaged(score, scores, target, sample_weight, average, what)
-
-
 def auroc(scores: Any, target: Any, sample_weight: Any = None, *, average: str | None = "macro",
           max_fpr: float | None = None, thresholds: Any = None) -> float | np.ndarray:
     """Area under the ROC curve, as scikit-learn's ``roc_auc_score``.
@@ -292,8 +273,8 @@ def auroc(scores: Any, target: Any, sample_weight: Any = None, *, average: str |
         raise MetricError(f"max_fpr must be a number in (0, 1], got {max_fpr!r}")
     if thresholds is not None and max_fpr not in (None, 1):
         raise MetricError("a binned AUROC (thresholds=...) has no partial variant; leave max_fpr=None")
-    s_arr = _array(scores, "scores")
-    if s_arr.ndim == 2 and np.ndim(_array(target, "target")) == 1:
+    s_arr = as_array(scores, "scores")
+    if s_arr.ndim == 2 and np.ndim(as_array(target, "target")) == 1:
         if max_fpr not in (None, 1):
             raise MetricError("a partial AUROC (max_fpr) is not defined one-vs-rest (as in scikit-learn); "
                               "pass max_fpr=None, or (N, C) one-hot targets for per-column partial AUROCs")
@@ -306,7 +287,7 @@ def auroc(scores: Any, target: Any, sample_weight: Any = None, *, average: str |
             return _binned_roc(binned_counts(s, y, thresholds, w))
         return _roc_area(_curve(s, y, w), max_fpr)
 
-    return _averaged(score, scores, target, sample_weight, average, "AUROC")
+    return column_average(score, scores, target, sample_weight, average=average, what="AUROC")
 
 
 def partial_auroc(scores: Any, target: Any, max_fpr: float, sample_weight: Any = None, *,
@@ -335,7 +316,8 @@ def average_precision(scores: Any, target: Any, sample_weight: Any = None, *,
             return _binned_precision(binned_counts(s, y, thresholds, w))
         return _precision_area(_curve(s, y, w))
 
-    return _averaged(score, scores, target, sample_weight, average, "average precision")
+    return column_average(score, scores, target, sample_weight, average=average,
+                          what="average precision")
 
 
 def _evaluate(fn: CountFn, tp: np.ndarray, fp: np.ndarray, c: ExactCurve, what: str

@@ -36,7 +36,8 @@ from torch import Tensor
 from torchmetrics import Metric as _TorchMetric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from ..errors import MetricError, MetricWarning, suggest
+from ..errors import MetricError, MetricWarning
+from ..runtime.options import look_up_option
 from .curve import binned_counts, exact_curve
 from .curve_formula import evaluate_curve
 
@@ -45,13 +46,6 @@ __all__ = ["CURVE_AVERAGES", "CURVE_MODES", "CurveStatefulMetric"]
 CURVE_MODES = ("binary", "multilabel", "multiclass")
 #: ``micro`` pools every (element, column) pair into one curve; ``none`` gives one per column.
 CURVE_AVERAGES = ("macro", "weighted", "micro", "none")
-
-
-def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        near = suggest(value, list(choices)) if isinstance(value, str) else ""
-        raise MetricError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}{near}")
-    return value
 
 
 def _grid(thresholds: Any) -> Tensor:
@@ -110,8 +104,8 @@ class CurveStatefulMetric(_TorchMetric):
                  num_classes: int | None = None, average: str | None = "macro",
                  ignore_index: int | None = None, from_logits: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.mode = _choice(mode, "mode", CURVE_MODES)
-        self.average = _choice("none" if average is None else average, "average", CURVE_AVERAGES)
+        self.mode = look_up_option("mode", mode, CURVE_MODES)
+        self.average = look_up_option("average", "none" if average is None else average, CURVE_AVERAGES)
         self.columns = _classes(self.mode, num_labels, num_classes)
         if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
             raise MetricError(f"ignore_index must be an int or None, got {ignore_index!r}")

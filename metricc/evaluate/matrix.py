@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import MAX_ONEHOT, input_tensor
+from .counts import MAX_ONEHOT, check_inputs, input_tensor
 
 __all__ = ["hard_confusion_matrix", "hard_labels"]
 
@@ -30,7 +30,7 @@ def hard_labels(preds: Any, target: Any, num_classes: int | None,
     """
     p = input_tensor("preds", preds)
     t = input_tensor("target", target, p.device)
-    _check_inputs(p, t)
+    check_inputs(p, t, "argmax would pick a class for a NaN row")
     if p.is_floating_point():
         if p.dim() < 2:
             raise MetricError(f"preds must be scores (N, K, *) or integer labels (N, *) "
@@ -61,17 +61,6 @@ def hard_labels(preds: Any, target: Any, num_classes: int | None,
         if bool(((v < 0) | (v >= k)).any()):
             raise MetricError(f"{what} must hold class indices in 0..{k - 1}")
     return t, pred, k
-
-
-def _check_inputs(p: Tensor, t: Tensor) -> None:
-    """Refuse tensors without values and NaN scores (whose argmax would pick a class)."""
-    if "meta" in (p.device.type, t.device.type):
-        raise MetricError("score() needs real tensors; meta tensors hold no values")
-    if p.is_complex() or t.is_complex():
-        raise MetricError("score() needs real predictions and targets, got complex numbers")
-    if p.is_floating_point() and bool(torch.isnan(p).any()):
-        raise MetricError("preds contain NaN; check the model output (argmax would pick a class "
-                          "for a NaN row)")
 
 
 def hard_confusion_matrix(preds: Any, target: Any, num_classes: int | None = None,

@@ -48,6 +48,9 @@ class _ShapeCheckedSync(_TorchMetric):
     counted another number of classes then gets a MetricError on every rank, where torch's
     "stack expects each tensor to be equal size" came before."""
 
+    is_differentiable = False
+    full_state_update = False
+
     def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
         from ..runtime.distributed import same_shape_on_every_rank
 
@@ -71,9 +74,6 @@ class StatefulMetric(_ShapeCheckedSync):
     ``average="none"``, ``(N,)`` or ``(N, K)`` per sample with
     ``multidim_average="samplewise"``); ``reset()`` empties the counts.
     """
-
-    is_differentiable = False
-    full_state_update = False
 
     def __init__(self, value: Callable[..., Tensor], formula: str, higher_is_better: bool,
                  undefined: Sequence[str] = (), *, mode: str = "binary",
@@ -129,9 +129,6 @@ class StatefulMetric(_ShapeCheckedSync):
         self._undefined = tuple(undefined)
         self.mode = mode
         self.num_classes = num_classes
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-                or math.isnan(threshold):
-            raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
         self.threshold = float(threshold)
         self.from_logits = check_flag("from_logits", from_logits)
         self.average = average
@@ -310,9 +307,6 @@ class MatrixStatefulMetric(_ShapeCheckedSync):
     ``update()`` calls and over ranks (``dist_reduce_fx="sum"``); ``compute()``
     evaluates ``value`` (the metric's exact value of a matrix) on it.
     """
-
-    is_differentiable = False
-    full_state_update = False
 
     confmat: Tensor  # a torchmetrics state, made by add_state in __init__
 

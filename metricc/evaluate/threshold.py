@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import MetricError, MetricWarning, outside_stacklevel
 from .objective import CountsBound, CountsObjective
 
-__all__ = ["ThresholdChoice", "ThresholdCounts", "choose_threshold",
+__all__ = ["ThresholdChoice", "ThresholdCounts", "as_array", "choose_threshold",
            "threshold_counts"]
 
 
@@ -83,23 +83,18 @@ class ThresholdChoice(_Choice):
         return f"{pair[:-1]}, confidence={self.confidence!r}, bounds={self.bounds!r})"
 
 
-def _as_array(x: Any, what: str) -> np.ndarray:
-    try:
-        import torch
+def as_array(x: Any, what: str) -> np.ndarray:
+    """``x`` (a tensor, array or list of numbers) as a numpy array, or a MetricError naming ``what``."""
+    import torch  # on use: ``import metricc`` loads this module, and ``metricc grad`` no torch
 
-        if isinstance(x, torch.Tensor):
-            x = x.detach().cpu()
-            if x.dtype == torch.bfloat16:
-                x = x.float()
-            x = x.numpy()
-    except ImportError:  # pragma: no cover - torch is a dependency; numpy input needs none
-        pass
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        x = (x.float() if x.dtype == torch.bfloat16 else x).numpy()
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as e:
         raise MetricError(f"{what} must be an array, tensor or list of numbers: {e}") from None
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)
-                                   or arr.dtype == np.bool_):
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
         raise MetricError(f"{what} must hold numbers, got dtype {arr.dtype}")
     return arr
 
@@ -114,15 +109,13 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
     >>> c.thresholds.tolist()[1:], c.tp.tolist(), c.fp.tolist()
     ([0.9, 0.6, 0.2], [0.0, 1.0, 1.0, 2.0], [0.0, 0.0, 1.0, 2.0])
     """
-    s = _as_array(scores, "scores")
-    t = _as_array(target, "target")
+    s = as_array(scores, "scores")
+    t = as_array(target, "target")
     if s.shape != t.shape:
         raise MetricError(f"scores and target must have the same shape, got {s.shape} and "
                           f"{t.shape}")
     if s.size == 0:
         raise MetricError("best_threshold() needs at least one score")
-    if s.dtype == np.bool_:
-        s = s.astype(np.float64)
     if not np.isfinite(s).all():
         bad = int((~np.isfinite(s)).sum())
         raise MetricError(f"scores hold {bad} NaN or infinite value{'s' * (bad > 1)}; "
@@ -134,7 +127,7 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
     s = s.reshape(-1)
     y = t.reshape(-1).astype(np.float64)
     # Floating scores keep their dtype so that the returned thresholds compare against
-    # them exactly; integer scores become float64.
+    # them exactly; integer and bool scores become float64.
     if not np.issubdtype(s.dtype, np.floating):
         s = s.astype(np.float64)
     order = np.argsort(-s, kind="stable")
