@@ -21,7 +21,7 @@ from .analysis.curve_check import CurveCheckReport, check
 from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational
 from .errors import MetricError
 from .facade import Metric
-from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
+from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
 from .language.curve import AreaWithin, CurveFormula
 
 if TYPE_CHECKING:
@@ -246,5 +246,6 @@ class CurveMetric(Metric):
         if derivatives is not None:
             raise MetricError("derivatives= checks 2 x 2 partials; a curve metric's gradient is given "
                               "by its local forms (see gradient)")
+        check_passed_on("verify", options, verify_curve)
         return verify_curve(self._expr, self.kernels_source, self.loss_class, self.name or self.text.strip(),
                             **options)

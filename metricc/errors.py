@@ -9,7 +9,6 @@ standalone loss raises the same classes.
 from __future__ import annotations
 
 import difflib
-import sys
 
 __all__ = [
     "MetricError",
@@ -18,7 +17,6 @@ __all__ = [
     "MissingParameterError",
     "UnknownNameError",
     "VerificationError",
-    "outside_stacklevel",
     "suggest",
     "suggest_all",
 ]
@@ -60,18 +58,6 @@ class MissingParameterError(MetricError):
 
 class VerificationError(MetricError):
     """Raised by ``Metric.verify()`` when two ways of computing a gradient disagree."""
-
-
-def outside_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning point at the first caller outside metricc.
-
-    For :func:`warnings.warn` called by the function that calls this: however many
-    metricc frames (facade methods, keyword checks) stand between it and the user.
-    """
-    frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "metricc":
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 class MetricWarning(UserWarning):

@@ -30,6 +30,7 @@ from .analysis.statistics import (
 from .constraints import ConstraintMethods
 from .counts_scoring import CountsScoring
 from .errors import MetricError, MetricWarning, suggest
+from .keywords import check_passed_on
 from .language.limits import check_constants
 from .language.parse import Formula, substitute
 from .language.symbols import COUNTS
@@ -336,12 +337,13 @@ class Metric(CountsScoring, ConstraintMethods):
         >>> metricc.compile("f1").verify(derivatives={"TP": "2*(FP+FN)/(2*TP+FP+FN)^2"}).ok
         True
         """
+        from .verify.counts import verify_counts
+
+        check_passed_on("verify", options, verify_counts)
         if self.constraints:
             from .constraints import verify_constraints
 
             return verify_constraints(self, derivatives, options)
-        from .verify.counts import verify_counts
-
         return verify_counts(self.verify_subject(options.get("numeric", True)), derivatives,
                              **options)
 

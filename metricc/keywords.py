@@ -2,8 +2,9 @@
 with a did-you-mean, never Python's bare ``TypeError`` (or torchmetrics' ``ValueError``).
 
 ``value``, ``score``, ``metric`` and ``best_threshold`` of every statistic's facade are
-wrapped by :func:`checked_keywords` (``loss`` checks its options itself, against the loss
-class's parameters).
+wrapped by :func:`checked_keywords`; ``verify`` passes its options on to its stage's function
+and checks them against it (:func:`check_passed_on`); ``loss`` checks its options itself,
+against the loss class's parameters.
 
 >>> import metricc
 >>> metricc.compile("f1").score([1, 0], [1, 0], averag="macro")
@@ -17,12 +18,12 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .errors import MetricError, suggest
 
-__all__ = ["TORCHMETRICS_OPTIONS", "checked_keywords", "unknown_keyword"]
+__all__ = ["TORCHMETRICS_OPTIONS", "check_passed_on", "checked_keywords", "unknown_keyword"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,3 +79,14 @@ def checked_keywords(extra: Sequence[str] = ()) -> Callable[[F], F]:
         return functools.update_wrapper(fixed, fn)  # type: ignore[return-value]
 
     return wrap
+
+
+def check_passed_on(method: str, options: Mapping[str, Any], to: Callable[..., Any]) -> None:
+    """Refuse an option of ``method(**options)`` that ``to``, the stage function the options
+    are passed on to, has no keyword-only parameter for: :func:`unknown_keyword`'s error, where
+    Python would raise a bare ``TypeError`` naming the internal function."""
+    takes = [p.name for p in inspect.signature(to).parameters.values()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    for key in options:
+        if key not in takes:
+            raise unknown_keyword(method, key, takes)

@@ -22,7 +22,7 @@ from .analysis.statistics import STATISTICS, Statistic, as_rational
 from .counts_scoring import stateful_module
 from .errors import MetricError
 from .facade import Metric
-from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
+from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
 from .language.matrix import MatrixFormula, display
 from .language.parse import parse
 from .language.symbols import A, B, C
@@ -320,9 +320,7 @@ class MatrixMetric(Metric):
         if derivatives is not None:
             raise MetricError("derivatives= checks 2 x 2 partials; a K x K metric has one "
                               "gradient d f / d C[a, b] (see gradient_text)")
-        unknown = set(options) - {"seed", "size", "sizes", "numeric", "raise_on_failure"}
-        if unknown:
-            raise MetricError(f"verify() of a K x K metric takes no {', '.join(sorted(unknown))}")
+        check_passed_on("verify", options, verify_matrix_data)
         subject = MatrixSubject(self.expr, self.kernels_source, tuple(self.matrix_parameters),
                                 dict(self.matrix_values), self.higher_is_better, self.loss,
                                 self.num_classes)

@@ -133,6 +133,15 @@ def test_matrix_metric_options_are_checked_the_same_way() -> None:
     assert q.metric(num_classes=3, sync_on_compute=False).num_classes == 3  # torchmetrics' own
 
 
+@pytest.mark.parametrize("formula", ["f1", "precision subject to recall >= 0.5", "quadratic_kappa",
+                                     "auroc"])
+def test_verify_options_of_every_statistic_are_checked_the_same_way(formula: str) -> None:
+    """A verify() typo is a MetricError naming the options (the 2x2 one was a bare TypeError)."""
+    with pytest.raises(metricc.MetricError,
+                       match=r"verify\(\) has no option 'sed' \(did you mean 'seed'\?\); its options are seed"):
+        metricc.compile(formula).verify(sed=1)
+
+
 @pytest.mark.parametrize(("typo", "meant"), [("qkw", "qwk"), ("dcie", "dice"), ("acuracy", "accuracy")])
 def test_short_typos_get_did_you_mean(typo: str, meant: str) -> None:
     with pytest.raises(metricc.MetricError, match=rf"did you mean '{meant}'"):

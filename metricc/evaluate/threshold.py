@@ -18,13 +18,14 @@ sums, and the metric is evaluated on all of them in one vectorised call.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import MetricError, MetricWarning, outside_stacklevel
+from ..errors import MetricError, MetricWarning
 from .objective import CountsBound, CountsObjective
 
 __all__ = ["ThresholdChoice", "ThresholdCounts", "as_array", "choose_threshold",
@@ -186,6 +187,15 @@ def choose_threshold(objective: CountsObjective, scores: Any, target: Any, *,
     return ThresholdChoice(float(c.thresholds[i]), float(values[i]), float(confidence), bounds(i))
 
 
+def _outside_stacklevel() -> int:
+    """The ``stacklevel`` at which a warning raised by the caller points at the first frame
+    outside metricc, however many facade frames (methods, keyword checks) lie between."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "metricc":
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _warn_single_class(c: ThresholdCounts) -> None:
     """A target of one class leaves nothing to separate: every threshold's counts are
     exact, but the choice says nothing about new data with both classes."""
@@ -196,7 +206,7 @@ def _warn_single_class(c: ThresholdCounts) -> None:
     warnings.warn(f"best_threshold: every one of the {int(positives + negatives)} targets is "
                   f"{which}, so no threshold separates the classes and the one returned fits "
                   "this one class only; choose it on held-out data holding both classes",
-                  MetricWarning, stacklevel=outside_stacklevel())
+                  MetricWarning, stacklevel=_outside_stacklevel())
 
 
 def _feasible(own: Sequence[CountsBound], c: ThresholdCounts, confidence: float | None = None

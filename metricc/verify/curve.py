@@ -189,7 +189,7 @@ def _numeric_checks(loss_class: Any, report: VerificationReport, seed: int, size
 
 def verify_curve(expr: sympy.Expr, kernels_source: str, loss_class: Any, label: str, *, seed: int = 0,
                  size: int = 16, sizes: tuple[int, ...] = (3, 4), numeric: bool = True,
-                 raise_on_failure: bool = True, **unused: Any) -> VerificationReport:
+                 raise_on_failure: bool = True) -> VerificationReport:
     """Run every check on a curve metric (its resolved ``expr``, generated kernels and loss class);
     raise :class:`VerificationError` on a failure.
 
@@ -197,9 +197,6 @@ def verify_curve(expr: sympy.Expr, kernels_source: str, loss_class: Any, label: 
     >>> metricc.compile("auroc").verify().ok
     True
     """
-    if unused:
-        raise MetricError(f"verify() of a curve metric takes no {', '.join(unused)}; options: seed, size, "
-                          "sizes, numeric, raise_on_failure")
     report = VerificationReport()
     for T in sizes:
         ok, how = prove_gradient(expr, kernels_source, T, seed)
