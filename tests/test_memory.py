@@ -141,8 +141,10 @@ def test_sync_dist_without_process_group_is_the_plain_loss(backward: str) -> Non
     b = m.loss(backward=backward)(x2, y)
     a.backward()
     b.backward()
-    assert float(a.detach()) == float(b.detach())
-    torch.testing.assert_close(x1.grad, x2.grad, rtol=0, atol=0)
+    assert float(a.detach()) == pytest.approx(float(b.detach()), rel=1e-15, abs=0)
+    # The pooled path stacks the counts before the kernel: the same sums in another
+    # order, which can differ in the last bit on CPUs with other vector widths.
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-14, atol=1e-16)
 
 
 @pytest.mark.parametrize(("options", "match"), [
