@@ -81,10 +81,21 @@ class CurveMetric(Metric):
     """
 
     statistic: ClassVar[Statistic] = STATISTICS["curve"]
+    kind: ClassVar[str] = "curve"
+    _NO_THRESHOLD = ("best_threshold and BestFeasible apply to metrics at one threshold; a curve "
+                     "metric is over all of them (best(f) is the best value of f over thresholds)")
+    _NO_CONSTRAINTS = ("constraints apply to 2 x 2 metrics; write the bound into best(): "
+                       "best(recall, precision >= 0.9)")
+    not_applicable: ClassVar[Mapping[str, str]] = {
+        "best_threshold": _NO_THRESHOLD, "decision_objective": _NO_THRESHOLD,
+        "parse_constraints": _NO_CONSTRAINTS, "constraint_scores": _NO_CONSTRAINTS,
+        "feasible": _NO_CONSTRAINTS,
+        "verify_subject": "verify() proves the curve kernels itself (metricc.verify.curve)",
+    }
 
     def __init__(self, formula: CurveFormula, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
-        self._init_common(formula, params, name, higher_is_better, constraints)
+        super().__init__(formula, params, name, higher_is_better, constraints)
         subs = {sympy.Symbol(k): as_rational(k, params[k]) for k in formula.parameters}
         self._expr: sympy.Expr = formula.expr.xreplace(subs)
         _check_ranges(formula, params, self._expr)
@@ -143,7 +154,7 @@ class CurveMetric(Metric):
 
     # --- numeric ---------------------------------------------------------------------------
     @checked_keywords()
-    def value(self, tp: Any, fp: Any, P: Any, N: Any) -> Any:  # type: ignore[override]
+    def value(self, tp: Any, fp: Any, P: Any, N: Any) -> Any:
         """The exact metric of given curve points: ``tp[k], fp[k]`` ascending in threshold
         (``k = 0``: everything positive, ``tp = P, fp = N``; last: the top point ``0, 0``), as
         arrays ``(T,)`` (a float) or ``(..., T)`` with totals ``(...)`` (an array).
@@ -166,7 +177,7 @@ class CurveMetric(Metric):
         return float(out) if out.ndim == 0 else out
 
     @checked_keywords()
-    def score(self, preds: Any, target: Any, *, sample_weight: Any = None,  # type: ignore[override]
+    def score(self, preds: Any, target: Any, *, sample_weight: Any = None,
               average: str | None = "macro") -> float | np.ndarray:
         """The exact metric of scores against labels: every distinct score a threshold.
 
@@ -183,16 +194,8 @@ class CurveMetric(Metric):
         return column_average(lambda s, y, w: _exact_value(self._expr, s, y, w), preds, target,
                               sample_weight, average=average, what=what)
 
-    def best_threshold(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Not applicable: a curve metric takes every threshold at once."""
-        raise MetricError("best_threshold and BestFeasible apply to metrics at one threshold; a "
-                          "curve metric is over all of them (best(f) is the best value of f over "
-                          "thresholds)")
-
-    decision_objective = best_threshold  # not applicable either, for the same reason
-
     @checked_keywords(("num_labels", "num_classes", "ignore_index", "from_logits", *TORCHMETRICS_OPTIONS))
-    def metric(self, *, thresholds: Any = None, average: str | None = "macro",  # type: ignore[override]
+    def metric(self, *, thresholds: Any = None, average: str | None = "macro",
                mode: str = "binary", **kwargs: Any) -> Any:
         """A ``torchmetrics.Metric`` of this curve formula, exact over batches and ranks
         (``thresholds=T``: binned, ``O(T)`` state); see ``metricc.evaluate.curve_stateful``."""
@@ -212,7 +215,8 @@ class CurveMetric(Metric):
         >>> metricc.compile("auroc").check().moves
         {'FN->TP': 'increasing', 'TN->FP': 'decreasing'}
         """
-        return super().check()  # type: ignore[return-value]
+        report: Any = super().check()
+        return report
 
     def _training_report(self) -> CurveCheckReport:
         return self.check()  # the sampled check is what the warning reads
@@ -234,8 +238,9 @@ class CurveMetric(Metric):
         >>> x = torch.randn(32, requires_grad=True)
         >>> loss(x, (torch.arange(32) % 2).float()).backward()
         """
-        return super().loss(relaxation, warn_monotonicity=warn_monotonicity,  # type: ignore[return-value]
+        module: Any = super().loss(relaxation, warn_monotonicity=warn_monotonicity,
                             **options)
+        return module
 
     def verify(self, derivatives: Any = None, **options: Any) -> VerificationReport:
         """Prove the generated gradient against SymPy for T = 3 and 4, and compare the loss's

@@ -109,10 +109,11 @@ class MatrixMetric(Metric):
     """
 
     statistic: ClassVar[Statistic] = STATISTICS["matrix"]
+    kind: ClassVar[str] = "K x K"
 
     def __init__(self, formula: MatrixFormula, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
-        self._init_common(formula, params, name, higher_is_better, constraints)
+        super().__init__(formula, params, name, higher_is_better, constraints)
         expr = formula.expr
         scalars = {sympy.Symbol(k): as_rational(k, params[k]) for k in formula.parameters}
         expr = expr.xreplace(scalars)
@@ -135,12 +136,16 @@ class MatrixMetric(Metric):
         self.num_classes: int | None = sizes.pop() if sizes else None
         self._gradient: sympy.Expr | None = None
 
-    def best_threshold(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Not applicable: a K x K metric scores the argmax over classes, not a threshold."""
-        raise MetricError("best_threshold and BestFeasible apply to binary decisions; a K x K "
-                          "metric scores the argmax over classes")
-
-    decision_objective = best_threshold  # not applicable either, for the same reason
+    _NO_THRESHOLD = ("best_threshold and BestFeasible apply to binary decisions; a K x K metric "
+                     "scores the argmax over classes")
+    _NO_CONSTRAINTS = ("constraints apply to 2 x 2 metrics; a K x K metric is one number of "
+                       "the whole matrix")
+    not_applicable: ClassVar[Mapping[str, str]] = {
+        "best_threshold": _NO_THRESHOLD, "decision_objective": _NO_THRESHOLD,
+        "parse_constraints": _NO_CONSTRAINTS, "constraint_scores": _NO_CONSTRAINTS,
+        "feasible": _NO_CONSTRAINTS,
+        "verify_subject": "verify() builds the K x K subject itself (verify.matrix.MatrixSubject)",
+    }
 
     # --- symbolic --------------------------------------------------------------------------
     @property
@@ -149,7 +154,7 @@ class MatrixMetric(Metric):
         return self._expr
 
     @property
-    def matrix_parameters(self) -> tuple[str, ...]:  # type: ignore[override]
+    def matrix_parameters(self) -> tuple[str, ...]:
         """Names of the K x K parameters given as numbers (kernel arguments after ``eps``)."""
         return tuple(sorted(self.matrix_values))
 
@@ -198,7 +203,7 @@ class MatrixMetric(Metric):
 
     # --- numeric ---------------------------------------------------------------------------
     @checked_keywords()
-    def value(self, matrix: Any, *, zero_division: float | None = None) -> Any:  # type: ignore[override]
+    def value(self, matrix: Any, *, zero_division: float | None = None) -> Any:
         """The exact metric of a ``(K, K)`` confusion matrix (rows true, columns predicted),
         or of each in an ``(R, K, K)`` batch (a float64 tensor then).
 
@@ -233,7 +238,7 @@ class MatrixMetric(Metric):
         return float(out[0]) if single else out
 
     @checked_keywords()
-    def score(self, preds: Any, target: Any, *, num_classes: int | None = None,  # type: ignore[override]
+    def score(self, preds: Any, target: Any, *, num_classes: int | None = None,
               ignore_index: int | None = None, zero_division: float | None = None,
               mode: str = "multiclass") -> float:
         """The exact metric on hard labels.
@@ -253,7 +258,7 @@ class MatrixMetric(Metric):
         return float(self.value(m, zero_division=zero_division))
 
     @checked_keywords(TORCHMETRICS_OPTIONS)
-    def metric(self, *, num_classes: int | None = None,  # type: ignore[override]
+    def metric(self, *, num_classes: int | None = None,
                ignore_index: int | None = None, zero_division: float | None = 0.0,
                validate_args: bool = True, **kwargs: Any) -> MatrixStatefulMetric:
         """A ``torchmetrics.Metric`` of this formula on hard labels, exact over batches and ranks.
@@ -290,7 +295,8 @@ class MatrixMetric(Metric):
         >>> metricc.compile("quadratic_kappa").check().direction  # see docs/matrix.md
         'mixed'
         """
-        return super().check()  # type: ignore[return-value]
+        report: Any = super().check()
+        return report
 
     def _training_report(self) -> MatrixCheckReport:
         return self.check()  # the sampled check is what the warning reads
@@ -309,8 +315,9 @@ class MatrixMetric(Metric):
         >>> x = torch.randn(8, 4, requires_grad=True)
         >>> loss(x, torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])).backward()
         """
-        return super().loss(relaxation, warn_monotonicity=warn_monotonicity,  # type: ignore[return-value]
+        module: Any = super().loss(relaxation, warn_monotonicity=warn_monotonicity,
                             **options)
+        return module
 
     def verify(self, derivatives: Any = None, **options: Any) -> VerificationReport:
         """Prove the generated kernels against SymPy for small K, and compare the loss's
