@@ -22,7 +22,7 @@ from .analysis.statistics import STATISTICS, Statistic, as_rational
 from .counts_scoring import stateful_module
 from .errors import MetricError
 from .facade import Metric
-from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
+from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords, class_count
 from .language.matrix import MatrixFormula, display
 from .language.parse import parse
 from .language.symbols import A, B, C
@@ -189,6 +189,18 @@ class MatrixMetric(Metric):
                 "matrix_values": tuple(self.matrix_values[k] for k in self.matrix_parameters),
                 "__doc__": f"Loss for the K x K metric {self.text.strip()!r}."}
 
+    #: Options of the other statistics' ``score``/``metric`` that a K x K metric has no use for.
+    _NOT_MATRIX_SCORE_OPTIONS: ClassVar[Mapping[str, str]] = {
+        "average": "a K x K metric is one number of the whole matrix: no classes to average",
+        "threshold": "a K x K metric scores the argmax over classes, not a threshold",
+    }
+
+    def _refuse_options(self, **given: Any) -> None:
+        for key, value in given.items():
+            if value is not None:
+                raise MetricError(f"{key}={value!r} does not apply to a K x K metric: "
+                                  f"{self._NOT_MATRIX_SCORE_OPTIONS[key]}")
+
     def _option_hint(self, key: str) -> str:
         if key in ("mode", "average", "classes", "class_weights"):
             return (" (a K x K metric is one metric of the whole matrix: no classes to pick or "
@@ -240,18 +252,25 @@ class MatrixMetric(Metric):
     @checked_keywords()
     def score(self, preds: Any, target: Any, *, num_classes: int | None = None,
               ignore_index: int | None = None, zero_division: float | None = None,
-              mode: str = "multiclass") -> float:
+              mode: str = "multiclass", num_labels: int | None = None, from_logits: bool = False,
+              average: str | None = None, threshold: float | None = None) -> float:
         """The exact metric on hard labels.
 
         ``preds``: ``(N, K, *)`` scores (argmax over dim 1) or ``(N, *)`` class
         labels with ``num_classes``; ``target``: ``(N, *)`` class indices;
-        ``ignore_index`` drops elements with that target.
+        ``ignore_index`` drops elements with that target. ``from_logits`` is accepted
+        and changes nothing (the argmax of logits and of probabilities is the same);
+        ``average`` and ``threshold`` do not apply and are refused.
         """
         from .evaluate.matrix import hard_confusion_matrix
+        from .runtime.options import check_flag
 
+        check_flag("from_logits", from_logits)
+        num_classes = class_count(num_classes, num_labels)
         if mode != "multiclass":
             raise MetricError(f"a K x K metric scores multiclass labels; mode={mode!r} does not "
                               "apply")
+        self._refuse_options(average=average, threshold=threshold)
         m = hard_confusion_matrix(preds, target, num_classes or self.num_classes, ignore_index)
         if not bool(m.sum() > 0):
             raise MetricError("score() needs at least one (not ignored) element")
@@ -260,7 +279,9 @@ class MatrixMetric(Metric):
     @checked_keywords(TORCHMETRICS_OPTIONS)
     def metric(self, *, num_classes: int | None = None,
                ignore_index: int | None = None, zero_division: float | None = 0.0,
-               validate_args: bool = True, **kwargs: Any) -> MatrixStatefulMetric:
+               validate_args: bool = True, mode: str = "multiclass", num_labels: int | None = None,
+               average: str | None = None, threshold: float | None = None,
+               **kwargs: Any) -> MatrixStatefulMetric:
         """A ``torchmetrics.Metric`` of this formula on hard labels, exact over batches and ranks.
 
         Its state is the ``(K, K)`` hard confusion matrix, summed over ``update()``
@@ -274,6 +295,11 @@ class MatrixMetric(Metric):
         >>> round(float(qwk.compute()), 4)
         0.6364
         """
+        if mode != "multiclass":
+            raise MetricError(f"a K x K metric scores multiclass labels; mode={mode!r} does not "
+                              "apply")
+        self._refuse_options(average=average, threshold=threshold)
+        num_classes = class_count(num_classes, num_labels)
         k = num_classes if num_classes is not None else self.num_classes
         if k is None:
             raise MetricError("metric() of a K x K formula needs num_classes=<K>")
