@@ -17,10 +17,11 @@ from .errors import (
 )
 from .evaluate.threshold import ThresholdChoice
 from .library import METRICS, NamedMetric
-from .metric import Metric, compile
+from .metric import CountsMetric, Metric, compile
 
 __all__ = [
     "METRICS",
+    "CountsMetric",
     "Metric",
     "MetricError",
     "MetricSyntaxError",

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import MetricError
-from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
+from .keywords import TORCHMETRICS_OPTIONS, checked_keywords, class_count
 from .language.symbols import COUNTS
 from .library import micro_tn_refusal
 
@@ -69,7 +69,7 @@ class CountsScoring:
               average: str = "macro", ignore_index: int | None = None, classes: Any = None,
               class_weights: Any = None, num_classes: int | None = None,
               from_logits: bool = False, multidim_average: str = "global",
-              reduction: str = "mean") -> Any:
+              reduction: str = "mean", num_labels: int | None = None) -> Any:
         """The exact metric on hard labels: ``preds >= threshold`` against 0/1 ``target``.
 
         ``preds`` may hold probabilities or 0/1 labels (tensors, arrays or lists),
@@ -99,6 +99,7 @@ class CountsScoring:
         """
         from .evaluate.counts import score
 
+        num_classes = class_count(num_classes, num_labels)
         if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
             raise MetricError(micro_tn_refusal(self.name))
         return score(self.value, preds, target, threshold, zero_division=zero_division,
@@ -113,7 +114,8 @@ class CountsScoring:
                multidim_average: str = "global", ignore_index: int | None = None,
                classes: Any = None, class_weights: Any = None,
                zero_division: float | None = 0.0, absent_classes: str = "torchmetrics",
-               validate_args: bool = True, **kwargs: Any) -> StatefulMetric:
+               validate_args: bool = True, num_labels: int | None = None,
+               **kwargs: Any) -> StatefulMetric:
         """A ``torchmetrics.Metric`` of this formula on hard labels, exact over batches and ranks.
 
         Its states are the confusion counts of each class, summed over
@@ -144,6 +146,7 @@ class CountsScoring:
         >>> round(float(iou.compute()), 4)   # (1 + 0 + 1/3) / 3
         0.4444
         """
+        num_classes = class_count(num_classes, num_labels)
         if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
             raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
         # Only a metric that raises on 0/0 names the zero denominators (a SymPy analysis).

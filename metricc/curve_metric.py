@@ -21,7 +21,7 @@ from .analysis.curve_check import CurveCheckReport, check
 from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational
 from .errors import MetricError
 from .facade import Metric
-from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
+from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords, class_count
 from .language.curve import AreaWithin, CurveFormula
 
 if TYPE_CHECKING:
@@ -69,6 +69,78 @@ def _exact_value(expr: sympy.Expr, s: np.ndarray, y: np.ndarray, w: np.ndarray |
     return value
 
 
+def _score_inputs(preds: Any, target: Any, weight: Any, mode: str | None, n: int | None,
+                  ignore_index: int | None, from_logits: bool) -> tuple[Any, Any, Any, np.ndarray | None]:
+    """``score()``'s shared options on a curve's inputs: the mode checked against the shapes,
+    the size of dim 1, ignored elements dropped (a mask for multilabel), multiclass logits
+    as log-softmax. Returns ``(preds, target, weight, multilabel keep mask or None)``."""
+    from .evaluate.threshold import as_array
+    from .runtime.options import MODES, look_up_option
+
+    s, t = as_array(preds, "preds"), as_array(target, "target")
+    kind = ("binary" if s.ndim == 1 else "multiclass" if s.ndim == 2 and t.shape == s.shape[:1]
+            else "multilabel" if s.ndim == 2 and t.shape == s.shape else None)
+    if mode is not None:
+        mode = look_up_option("mode", mode, MODES)
+        if kind is not None and mode != kind:
+            want = {"binary": "(N,) scores and (N,) 0/1 labels",
+                    "multiclass": "(N, C) scores and (N,) class indices",
+                    "multilabel": "(N, C) scores and (N, C) 0/1 labels"}[mode]
+            raise MetricError(f"mode={mode!r} takes {want}; got preds {s.shape} and target {t.shape}")
+    if n is not None:
+        if kind == "binary":
+            raise MetricError("binary scores take neither num_classes nor num_labels; pass "
+                              "mode='multilabel' or 'multiclass' with (N, C) scores")
+        if s.ndim == 2 and s.shape[1] != n:
+            raise MetricError(f"num_classes={n} but preds have {s.shape[1]} columns")
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+        raise MetricError(f"ignore_index must be an int or None, got {ignore_index!r}")
+    keep = None
+    if ignore_index is not None and kind is not None:
+        kept = t != ignore_index
+        if kind == "multilabel":
+            keep = None if kept.all() else kept
+        else:
+            w = None if weight is None else as_array(weight, "sample_weight")
+            s, t = s[kept], t[kept]
+            weight = None if w is None or w.shape != kept.shape else w[kept]
+    if from_logits and kind == "multiclass" and s.size:
+        s = s.astype(np.float64)
+        s = s - np.logaddexp.reduce(s, axis=1, keepdims=True)  # log-softmax: no ties at 0 or 1
+    return s, t, weight, keep
+
+
+def _masked_columns(one: Any, s: np.ndarray, t: np.ndarray, keep: np.ndarray, weight: Any,
+                    average: str | None) -> float | np.ndarray:
+    """Multilabel scores with ignored elements: each column on its kept elements, averaged
+    as :func:`metricc.evaluate.curve.column_average` averages."""
+    from .evaluate.curve import AVERAGES
+    from .evaluate.threshold import as_array
+
+    average = None if average == "none" else average
+    if average not in AVERAGES:
+        raise MetricError(f"average must be one of 'macro', 'weighted', 'micro' or None, got {average!r}")
+    if not np.isin(t[keep], (0, 1)).all():
+        raise MetricError("a multilabel target holds 0 and 1 (or ignore_index)")
+    w = None if weight is None else as_array(weight, "sample_weight").astype(np.float64)
+    y = t.astype(np.float64)
+    if average == "micro":
+        ww = None if w is None else np.broadcast_to(w[:, None], keep.shape)[keep]
+        return one(s[keep], y[keep], ww)
+    cols = range(s.shape[1])
+    support = np.array([(y[keep[:, c], c] * (1.0 if w is None else w[keep[:, c]])).sum() for c in cols])
+    values = np.zeros(len(cols))
+    for c in cols:
+        if average == "weighted" and support[c] == 0:
+            continue  # weight 0, as column_average (its score may be undefined)
+        values[c] = one(s[keep[:, c], c], y[keep[:, c], c], None if w is None else w[keep[:, c]])
+    if average is None:
+        return values
+    if average == "weighted":
+        return 0.0 if support.sum() == 0 else float(np.average(values, weights=support))
+    return float(values.mean())
+
+
 class CurveMetric(Metric):
     """A compiled curve metric: reductions over the 2x2 counts at every threshold.
 
@@ -81,10 +153,21 @@ class CurveMetric(Metric):
     """
 
     statistic: ClassVar[Statistic] = STATISTICS["curve"]
+    kind: ClassVar[str] = "curve"
+    _NO_THRESHOLD = ("best_threshold and BestFeasible apply to metrics at one threshold; a curve "
+                     "metric is over all of them (best(f) is the best value of f over thresholds)")
+    _NO_CONSTRAINTS = ("constraints apply to 2 x 2 metrics; write the bound into best(): "
+                       "best(recall, precision >= 0.9)")
+    not_applicable: ClassVar[Mapping[str, str]] = {
+        "best_threshold": _NO_THRESHOLD, "decision_objective": _NO_THRESHOLD,
+        "parse_constraints": _NO_CONSTRAINTS, "constraint_scores": _NO_CONSTRAINTS,
+        "feasible": _NO_CONSTRAINTS,
+        "verify_subject": "verify() proves the curve kernels itself (metricc.verify.curve)",
+    }
 
     def __init__(self, formula: CurveFormula, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
-        self._init_common(formula, params, name, higher_is_better, constraints)
+        super().__init__(formula, params, name, higher_is_better, constraints)
         subs = {sympy.Symbol(k): as_rational(k, params[k]) for k in formula.parameters}
         self._expr: sympy.Expr = formula.expr.xreplace(subs)
         _check_ranges(formula, params, self._expr)
@@ -143,7 +226,7 @@ class CurveMetric(Metric):
 
     # --- numeric ---------------------------------------------------------------------------
     @checked_keywords()
-    def value(self, tp: Any, fp: Any, P: Any, N: Any) -> Any:  # type: ignore[override]
+    def value(self, tp: Any, fp: Any, P: Any, N: Any) -> Any:
         """The exact metric of given curve points: ``tp[k], fp[k]`` ascending in threshold
         (``k = 0``: everything positive, ``tp = P, fp = N``; last: the top point ``0, 0``), as
         arrays ``(T,)`` (a float) or ``(..., T)`` with totals ``(...)`` (an array).
@@ -166,33 +249,46 @@ class CurveMetric(Metric):
         return float(out) if out.ndim == 0 else out
 
     @checked_keywords()
-    def score(self, preds: Any, target: Any, *, sample_weight: Any = None,  # type: ignore[override]
-              average: str | None = "macro") -> float | np.ndarray:
+    def score(self, preds: Any, target: Any, *, sample_weight: Any = None,
+              average: str | None = "macro", mode: str | None = None, num_classes: int | None = None,
+              num_labels: int | None = None, ignore_index: int | None = None,
+              from_logits: bool = False, threshold: float | None = None) -> float | np.ndarray:
         """The exact metric of scores against labels: every distinct score a threshold.
 
         ``preds`` ``(N,)`` and 0/1 ``target`` ``(N,)`` (binary); ``(N, C)`` both (multilabel);
         ``(N, C)`` class probabilities and ``(N,)`` class indices (multiclass one-vs-rest).
-        ``average`` (``"macro"``, ``"weighted"`` by positives, ``"micro"`` pooling the columns,
-        ``None`` one per column) as scikit-learn's for AUROC and average precision, and the same
-        rule for any other formula. Equals ``roc_auc_score``, ``average_precision_score``
-        (``max_fpr=``), torchmetrics' fixed-precision/recall metrics, with ties.
+        ``mode`` (``None``: read from the shapes) checks the shapes, and ``num_classes`` (or
+        torchmetrics' ``num_labels``) the size of dim 1. ``average`` (``"macro"``,
+        ``"weighted"`` by positives, ``"micro"`` pooling the columns, ``None`` one per column)
+        as scikit-learn's for AUROC and average precision, and the same rule for any other
+        formula. ``ignore_index`` leaves out the elements with that target. ``from_logits``:
+        multiclass logits are ranked by their log-softmax (the order of the softmax, without
+        its ties in saturation); binary and multilabel logits rank as their sigmoids do, so
+        nothing changes. ``threshold`` does not apply: the curve is over every threshold.
+        Equals ``roc_auc_score``, ``average_precision_score`` (``max_fpr=``), torchmetrics'
+        fixed-precision/recall metrics, with ties.
         """
         from .evaluate.curve import column_average
+        from .runtime.options import check_flag
 
+        if threshold is not None:
+            raise MetricError(f"threshold={threshold!r} does not apply to a curve metric: the curve is "
+                              "taken over every threshold (best(f) picks the best one)")
+        check_flag("from_logits", from_logits)
+        preds, target, sample_weight, keep = _score_inputs(
+            preds, target, sample_weight, mode, class_count(num_classes, num_labels), ignore_index,
+            from_logits)
         what = self.name or "the curve metric"
-        return column_average(lambda s, y, w: _exact_value(self._expr, s, y, w), preds, target,
-                              sample_weight, average=average, what=what)
 
-    def best_threshold(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Not applicable: a curve metric takes every threshold at once."""
-        raise MetricError("best_threshold and BestFeasible apply to metrics at one threshold; a "
-                          "curve metric is over all of them (best(f) is the best value of f over "
-                          "thresholds)")
+        def one(s: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> float:
+            return _exact_value(self._expr, s, y, w)
 
-    decision_objective = best_threshold  # not applicable either, for the same reason
+        if keep is not None:  # multilabel with ignored elements: each column its own
+            return _masked_columns(one, preds, target, keep, sample_weight, average)
+        return column_average(one, preds, target, sample_weight, average=average, what=what)
 
     @checked_keywords(("num_labels", "num_classes", "ignore_index", "from_logits", *TORCHMETRICS_OPTIONS))
-    def metric(self, *, thresholds: Any = None, average: str | None = "macro",  # type: ignore[override]
+    def metric(self, *, thresholds: Any = None, average: str | None = "macro",
                mode: str = "binary", **kwargs: Any) -> Any:
         """A ``torchmetrics.Metric`` of this curve formula, exact over batches and ranks
         (``thresholds=T``: binned, ``O(T)`` state); see ``metricc.evaluate.curve_stateful``."""
@@ -212,7 +308,8 @@ class CurveMetric(Metric):
         >>> metricc.compile("auroc").check().moves
         {'FN->TP': 'increasing', 'TN->FP': 'decreasing'}
         """
-        return super().check()  # type: ignore[return-value]
+        report: Any = super().check()
+        return report
 
     def _training_report(self) -> CurveCheckReport:
         return self.check()  # the sampled check is what the warning reads
@@ -234,8 +331,9 @@ class CurveMetric(Metric):
         >>> x = torch.randn(32, requires_grad=True)
         >>> loss(x, (torch.arange(32) % 2).float()).backward()
         """
-        return super().loss(relaxation, warn_monotonicity=warn_monotonicity,  # type: ignore[return-value]
+        module: Any = super().loss(relaxation, warn_monotonicity=warn_monotonicity,
                             **options)
+        return module
 
     def verify(self, derivatives: Any = None, **options: Any) -> VerificationReport:
         """Prove the generated gradient against SymPy for T = 3 and 4, and compare the loss's

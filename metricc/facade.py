@@ -1,47 +1,31 @@
-"""The one facade: :class:`Metric`, what ``metricc.compile`` returns for every statistic.
+"""The neutral base of every statistic's facade: :class:`Metric`, what ``metricc.compile`` returns.
 
 The behaviour every statistic shares (name, parameters, direction, pickling, ``loss()``
-option checks and the monotonicity warning, ``check()``, ``verify()``, the loss class
-and its standalone file) is written here once; :class:`Metric` itself is the 2x2
-metric over ``TP FP FN TN``, and :class:`metricc.matrix_metric.MatrixMetric`, the
-K x K one, overrides what that statistic changes. The work is done by the stages
-(``language``, ``analysis``, ``emit``, ``evaluate``, ``verify``; ``docs/architecture.md``),
-which receive data, never this object.
+option checks and the monotonicity warning, the cached ``check()``, the loss class and
+its kernels) is written here once. Each statistic's facade stands beside the others and
+declares its statistic: :class:`metricc.counts_metric.CountsMetric` (the 2x2 counts),
+:class:`metricc.matrix_metric.MatrixMetric` (K x K), :class:`metricc.curve_metric.CurveMetric`
+(the ROC/PR curve). A public method a statistic has no meaning for raises a
+:class:`~metricc.errors.MetricError` with the statistic's reason. The work is done by the
+stages (``language``, ``analysis``, ``emit``, ``evaluate``, ``verify``;
+``docs/architecture.md``), which receive data, never this object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
 import sympy
 
 from .analysis.cache import cached, expression_key
-from .analysis.counts import Analysis, analyse
-from .analysis.counts_check import CheckReport, check
-from .analysis.statistics import (
-    STATISTICS,
-    Statistic,
-    analysis_errors,
-    as_rational,
-    check_counts_expr,
-    training_warning,
-)
-from .constraints import ConstraintMethods
-from .counts_scoring import CountsScoring
+from .analysis.statistics import Statistic, resolve, statistic_of, training_warning
 from .errors import MetricError, MetricWarning, suggest
-from .keywords import check_passed_on
-from .language.limits import check_constants
-from .language.parse import Formula, substitute
-from .language.symbols import COUNTS
-from .library import micro_tn_refusal
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from .analysis.curve_check import CurveCheckReport
-    from .analysis.matrix_check import MatrixCheckReport
-    from .verify.counts import CountsSubject, VerificationReport
+    from .verify.report import VerificationReport
 
 # emit (through SymPy's TorchPrinter) and evaluate import torch: they are imported where
 # first needed, so that `metricc grad`/`metricc list` never load torch.
@@ -59,8 +43,16 @@ class Loss(Protocol):
     def reset_memory(self) -> None: ...
 
 
-class Metric(CountsScoring, ConstraintMethods):
-    """A compiled metric: its SymPy form, derivatives, exact scores and losses.
+class Metric:
+    """A compiled metric: what ``metricc.compile`` returns for every statistic.
+
+    This base holds what every statistic shares: name, parameters, direction, pickling,
+    ``loss()`` option checks and the wrong-way warning, the cached ``check()``, the loss
+    class and its kernels. Each statistic's facade subclasses it and declares
+    ``statistic`` (:class:`metricc.counts_metric.CountsMetric` for the 2x2 counts,
+    :class:`metricc.matrix_metric.MatrixMetric`, :class:`metricc.curve_metric.CurveMetric`);
+    a public method that does not apply to a statistic raises a :class:`MetricError`
+    saying why (``not_applicable``), never another statistic's answer.
 
     >>> import metricc
     >>> m = metricc.compile("2*TP / (2*TP + FP + FN)")
@@ -68,31 +60,29 @@ class Metric(CountsScoring, ConstraintMethods):
     2*TP/(FN + FP + 2*TP)
     >>> m.value(tp=30, fp=5, fn=10, tn=955)
     0.8
+    >>> isinstance(m, metricc.Metric), type(m).__name__
+    (True, 'CountsMetric')
     """
 
-    statistic: ClassVar[Statistic] = STATISTICS["counts"]
+    #: The statistic this facade compiles (declared once, by each statistic's facade).
+    statistic: ClassVar[Statistic]
+    #: How messages name this statistic's metrics ("2 x 2", "K x K", "curve").
+    kind: ClassVar[str] = ""
+    #: ``{method: why}``: the public methods that do not apply to this statistic.
+    not_applicable: ClassVar[Mapping[str, str]] = {}
     #: ``(formula, params, higher_is_better, constraints) -> Metric``: how a metric is compiled
     #: again when unpickled; :mod:`metricc.metric` sets it to its cached ``compile``.
     rebuild: ClassVar[Callable[..., Metric] | None] = None
-    #: Names of K x K parameters given as numbers (kernel arguments after ``eps``).
-    matrix_parameters: tuple[str, ...] = ()
 
-    def __init__(self, formula: Formula, params: Mapping[str, float], name: str | None,
+    def __new__(cls, formula: Any, *args: Any, **kwargs: Any) -> Metric:
+        # 0.2 built 2x2 metrics as Metric(formula, params, name, higher_is_better): the
+        # base still takes any parsed formula and builds its statistic's facade.
+        if cls is Metric:
+            cls = resolve(statistic_of(formula).facade)
+        return object.__new__(cls)
+
+    def __init__(self, formula: Any, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
-        self._init_common(formula, params, name, higher_is_better, constraints)
-        subs = {sympy.Symbol(k): as_rational(k, v) for k, v in params.items()}
-        expr = substitute(formula.expr, subs)
-        check_counts_expr(expr, self.text)
-        self.analysis: Analysis = analyse(expr)
-        # Simplifying can combine constants (1e200*TP/(1e-200*FP) is 1e400*TP/FP).
-        check_constants(self.analysis.expr, "the simplified formula")
-        if not self.analysis.expr.free_symbols & set(COUNTS.values()):
-            raise MetricError(f"formula {self.text.strip()!r} simplifies to the constant "
-                              f"{self.analysis.expr}; a metric must depend on the counts")
-        self._plain: Metric | None = None  # with constraints: the objective alone
-
-    def _init_common(self, formula: Any, params: Mapping[str, Any], name: str | None,
-                     higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
         self.formula = formula
         #: :class:`metricc.constraints.Constraint`\ s to meet while optimising (``docs/constraints.md``)
         self.constraints = tuple(constraints)
@@ -107,7 +97,7 @@ class Metric(CountsScoring, ConstraintMethods):
         #: How to compile this metric again: ``compile``'s arguments (see ``__reduce__``).
         self._spec: tuple[Any, ...] = (
             self.text, tuple(self.parameters.items()), higher_is_better,
-            tuple(c.text for c in self.constraints[len(formula.constraints):]))
+            tuple(c.text for c in self.constraints[len(getattr(formula, "constraints", ())):]))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The generated loss class cannot be pickled: a Metric travels as its formula,
@@ -127,11 +117,21 @@ class Metric(CountsScoring, ConstraintMethods):
         return (f"{type(self).__name__}({label!r}, expr={self.expr_text}, "
                 f"higher_is_better={self.higher_is_better}{extra})")
 
-    # --- symbolic -------------------------------------------------------------------------
+    def _refuse(self, method: str) -> NoReturn:
+        why = self.not_applicable.get(method, "it is not defined for this statistic")
+        raise MetricError(f"{method}() does not apply to the {self.kind or self.statistic.name} metric "
+                          f"{(self.name or self.text.strip())!r}: {why}")
+
+    # --- what each statistic provides (or refuses with its reason) -----------------------
+    @property
+    def matrix_parameters(self) -> tuple[str, ...]:
+        """Names of K x K parameters given as numbers (kernel arguments after ``eps``)."""
+        return ()
+
     @property
     def expr(self) -> sympy.Expr:
-        """The simplified metric over ``Symbol('TP')`` ... ``Symbol('TN')``."""
-        return self.analysis.expr
+        """The metric's SymPy expression over its statistic's symbols."""
+        raise NotImplementedError
 
     @property
     def expr_text(self) -> str:
@@ -140,27 +140,70 @@ class Metric(CountsScoring, ConstraintMethods):
 
     @property
     def gradient(self) -> dict[str, sympy.Expr]:
-        """``{"TP": d metric/d TP, "FP": ..., "FN": ..., "TN": ...}``."""
-        with analysis_errors(self.text):  # computed on first use
-            return dict(self._partials())
+        """The derivatives the backward runs, by name."""
+        raise NotImplementedError
 
+    @property
+    def undefined(self) -> list[sympy.Expr]:
+        """Expressions whose vanishing leaves the metric undefined."""
+        raise NotImplementedError
+
+    def loss_attributes(self) -> dict[str, Any]:
+        """The statistic's own class attributes of the loss class."""
+        raise NotImplementedError
+
+    def _run_check(self) -> Any:
+        raise NotImplementedError
+
+    def _training_report(self) -> Any:
+        """What the warning of ``loss()`` reads: the statistic's ``check()`` report."""
+        return self.check()
+
+    def verify(self, derivatives: Mapping[str, str] | None = None, **options: Any) -> VerificationReport:
+        """Check the generated gradient against SymPy, autograd and finite differences."""
+        raise NotImplementedError
+
+    def value(self, *args: Any, **kwargs: Any) -> Any:
+        """The exact metric of the statistic's entries (counts, a matrix, curve points)."""
+        self._refuse("value")
+
+    def score(self, *args: Any, **kwargs: Any) -> Any:
+        """The exact metric of predictions against labels."""
+        self._refuse("score")
+
+    def metric(self, *args: Any, **kwargs: Any) -> Any:
+        """A ``torchmetrics.Metric`` of this formula, exact over batches and ranks."""
+        self._refuse("metric")
+
+    def best_threshold(self, *args: Any, **kwargs: Any) -> Any:
+        """The decision threshold optimising this metric on held-out scores."""
+        self._refuse("best_threshold")
+
+    def decision_objective(self, *args: Any, **kwargs: Any) -> Any:
+        """This metric as the decision stage reads it."""
+        self._refuse("decision_objective")
+
+    def parse_constraints(self, *args: Any, **kwargs: Any) -> Any:
+        """Constraint texts as constraints on this metric's statistic."""
+        self._refuse("parse_constraints")
+
+    def constraint_scores(self, *args: Any, **kwargs: Any) -> Any:
+        """Each constraint's metric on hard predictions."""
+        self._refuse("constraint_scores")
+
+    def feasible(self, *args: Any, **kwargs: Any) -> Any:
+        """Whether every constraint holds on hard predictions."""
+        self._refuse("feasible")
+
+    def verify_subject(self, *args: Any, **kwargs: Any) -> Any:
+        """This metric as the 2x2 verify stage reads it."""
+        self._refuse("verify_subject")
+
+    # --- shared by every statistic -------------------------------------------------------
     def _cache_key(self) -> tuple[Any, ...]:
         """What a derived result depends on, for the opt-in disk cache (:mod:`metricc.analysis.cache`)."""
         return (self.statistic.name, self.text.strip(), sorted(self.parameters.items()),
                 expression_key(self.expr), self.higher_is_better)
-
-    def _partials(self) -> dict[str, sympy.Expr]:
-        if "gradient" not in self.analysis.__dict__:  # not yet computed in this process
-            result = cached("gradient", self._cache_key, lambda: self.analysis.gradient_result,
-                            keep=lambda r: r[1])
-            self.analysis.__dict__["gradient"] = result[0]  # the cached_property's slot
-        return self.analysis.gradient
-
-    @property
-    def undefined(self) -> list[sympy.Expr]:
-        """Expressions whose vanishing leaves the metric undefined (``TP + FP`` for precision)."""
-        with analysis_errors(self.text):  # computed on first use
-            return list(self.analysis.undefined)
 
     @property
     def kernels_source(self) -> str:
@@ -172,20 +215,9 @@ class Metric(CountsScoring, ConstraintMethods):
                 self.expr, self.matrix_parameters)
         return self._kernels_source
 
-    def check(self) -> CheckReport | MatrixCheckReport | CurveCheckReport:
-        """Where the metric is undefined, its monotonicity in each count and its range
-        (a :class:`~metricc.analysis.matrix_check.MatrixCheckReport` for K x K metrics).
-
-        Decided symbolically where SymPy can, else by sampling (each verdict says
-        which); see :func:`metricc.analysis.counts_check.check`. Computed once per metric.
-
-        >>> import metricc
-        >>> r = metricc.compile("f1").check()
-        >>> r.monotonicity["TP"].direction, r.monotonicity["TN"].direction
-        ('increasing', 'constant')
-        >>> print(r.undefined[0])
-        FN + FP + 2*TP = 0  (0/0)
-        """
+    def check(self) -> Any:
+        """Where the metric is undefined and which way it trains: the statistic's check
+        report, computed once per metric (and kept by the opt-in disk cache when complete)."""
         if self._check is None:
             if self.constraints:  # the constraints' own metrics cache their reports
                 self._check = self._run_check()
@@ -194,37 +226,6 @@ class Metric(CountsScoring, ConstraintMethods):
                                      keep=lambda r: not getattr(r, "budget_spent", False),
                                      own=self.expr)
         return self._check
-
-    def _training_report(self) -> Any:
-        """What the warning of ``loss()`` reads: ``check()``'s report where there is one, else
-        the two moves' verdicts alone (the rest of a check is work no loss needs)."""
-        if self._check is not None or self.constraints:
-            return self.check()
-        if self._moves is not None:
-            return self._moves
-        from .analysis.budget import limit
-        from .analysis.counts_moves import check_moves
-
-        def moves() -> Any:
-            with limit(), analysis_errors(self.text):  # one budget, as in _run_check
-                return check_moves(self.expr, self._partials(), higher_is_better=self.higher_is_better)
-
-        self._moves = cached("moves", self._cache_key, moves, keep=lambda r: not r.budget_spent)
-        return self._moves
-
-    def _run_check(self) -> Any:
-        from .analysis.budget import limit
-
-        # One budget for simplifying the partials and for the proofs on them.
-        with limit(), analysis_errors(self.text):
-            report: Any = check(self.expr, self._partials(),
-                                higher_is_better=self.higher_is_better)
-        if self.constraints:  # and whether each constraint can be met
-            from .constraints import ConstraintsCheckReport, check_constraint
-
-            report = ConstraintsCheckReport(
-                report, tuple(check_constraint(c) for c in self.constraints))
-        return report
 
     @property
     def loss_class(self) -> type[Any]:
@@ -239,60 +240,14 @@ class Metric(CountsScoring, ConstraintMethods):
                  **self.loss_attributes()}, self._recipe)
         return self._loss_class
 
-    def loss_attributes(self) -> dict[str, Any]:
-        """The statistic's own class attributes of the loss class."""
-        tn = COUNTS["TN"] in self.expr.free_symbols
-        return {"micro_refusal": micro_tn_refusal(self.name) if tn else "",
-                "__doc__": f"Loss for the metric {self.text.strip()!r} = {self.expr}."}
-
     def loss(self, relaxation: str | None = None, *, warn_monotonicity: bool = True,
              **options: Any) -> Loss:
-        """A ``torch.nn.Module`` computing ``1 - metric`` on the relaxed confusion matrix.
-
-        ``relaxation``: ``anyloss`` (the default, except in multiclass mode), ``linear``,
-        ``sigmoid``, or ``softmax`` (the multiclass default: the relaxed argmax
-        ``softmax(logits / temperature)``, see docs/modes.md).
-        Options: ``amplifier`` (73), ``slope``/``offset`` (sigmoid relaxation),
-        ``temperature`` (1, softmax relaxation),
-        ``from_logits``, ``backward`` (``"symbolic"`` or ``"autograd"``),
-        ``multidim_average`` (``"global"`` or ``"samplewise"``), ``reduction``, ``eps``,
-        ``mode`` (``"binary"``, ``"multiclass"``, ``"multilabel"``), ``average``
-        (``"micro"``, ``"macro"``, ``"weighted"``, ``"none"``), ``ignore_index``,
-        ``classes``, ``class_weights`` (see docs/modes.md);
-        ``sync_dist``/``process_group`` (sum the counts over ranks: the exact global-batch
-        metric under DDP) and ``memory_decay`` (add a decayed memory of past batches'
-        counts); see docs/distributed.md. ``soft_label`` (count the overlap
-        ``min(a, y)``: the optimum is ``input == target`` for soft targets) and the
-        module's ``weight=`` argument (a per-element weight map):
-        see docs/weights-and-soft-labels.md.
-
-        A :class:`metricc.MetricWarning` is issued when :meth:`check` finds the
-        metric moving the wrong way along a move a batch allows (decreasing as a
-        positive's score turns an FN into a TP, or increasing as a negative's turns
-        a TN into an FP; reversed when lower is better), or not depending on the
-        predictions at all (``P/N``); pass
-        ``warn_monotonicity=False`` (or filter ``MetricWarning`` with the
-        :mod:`warnings` module) to silence it.
-
-        With constraints, the loss is a
-        :class:`~metricc.runtime.constrained.ConstrainedLoss` (binary mode, one
-        confusion matrix per batch) and takes ``multiplier_lr`` (0.2),
-        ``penalty`` (1.0), ``max_multiplier`` (100) and ``multiplier_rates``
-        (``"hard"``) too, and its AnyLoss ``amplifier`` defaults to 10, not 73
-        (``metricc.runtime.constraint_defaults.CONSTRAINED_DEFAULTS``, chosen in
-        docs/constrained_defaults.md); it warns once when a constraint stays violated
-        while its multiplier grows. See ``docs/constraints.md``.
-
-        >>> import torch, metricc
-        >>> loss = metricc.compile("f1").loss()
-        >>> x = torch.tensor([0.9, 0.2, 0.8], requires_grad=True)
-        >>> round(loss(x, torch.tensor([1.0, 0.0, 1.0])).item(), 4)
-        0.0
+        """A ``torch.nn.Module`` computing ``1 - metric`` (the metric itself when lower is
+        better) on the statistic's relaxed form; each facade documents its options. Options
+        the statistic's runtime loss does not take are refused with a did-you-mean, and a
+        :class:`metricc.MetricWarning` says when :meth:`check` finds the metric moving the
+        wrong way (``warn_monotonicity=False`` silences it).
         """
-        if self.constraints:
-            from .constraints import constrained_loss
-
-            return constrained_loss(self, relaxation, warn_monotonicity, options)
         from .emit.loss_class import loss_parameters
         from .runtime.options import check_flag
 
@@ -319,43 +274,6 @@ class Metric(CountsScoring, ConstraintMethods):
         why = training_warning(self._training_report(), self.name or self.text.strip(),
                                self.higher_is_better)
         if why is not None:
-            warnings.warn(why, MetricWarning, stacklevel=3)
+            from .evaluate.threshold import outside_stacklevel
 
-    def verify(self, derivatives: Mapping[str, str] | None = None, **options: Any) -> VerificationReport:
-        """Check the gradient three ways; raise :class:`VerificationError` on any mismatch.
-
-        Symbolically: the code the backward runs equals SymPy's derivatives of the
-        metric and of the relaxation, and each of the user's ``derivatives``
-        (formula text per count) equals the true partial. Numerically, in float64:
-        symbolic backward = autograd of an independent implementation = finite
-        differences (``torch.autograd.gradcheck``) for every relaxation.
-
-        With constraints, the objective's kernels and every constraint's are
-        verified (checks named ``constraint <text>: ...``).
-
-        >>> import metricc
-        >>> metricc.compile("f1").verify(derivatives={"TP": "2*(FP+FN)/(2*TP+FP+FN)^2"}).ok
-        True
-        """
-        from .verify.counts import verify_counts
-
-        check_passed_on("verify", options, verify_counts)
-        if self.constraints:
-            from .constraints import verify_constraints
-
-            return verify_constraints(self, derivatives, options)
-        return verify_counts(self.verify_subject(options.get("numeric", True)), derivatives,
-                             **options)
-
-    def verify_subject(self, numeric: bool = True) -> CountsSubject:
-        """This metric as :func:`metricc.verify.counts.verify_counts` reads it: data (the
-        formula, kernels, parameters, direction, the loss builder), not the facade.
-
-        ``numeric``: whether the numeric checks will run; only they need to know that the
-        metric ignores the predictions (``check()``, which costs an analysis).
-        """
-        from .verify.counts import CountsSubject
-
-        constant = numeric and not self.check().depends_on_predictions
-        return CountsSubject(self.expr, self.kernels_source, dict(self.parameters),
-                             self.higher_is_better, self.loss, constant=bool(constant))
+            warnings.warn(why, MetricWarning, stacklevel=outside_stacklevel())

@@ -22,7 +22,7 @@ from .analysis.statistics import STATISTICS, Statistic, as_rational
 from .counts_scoring import stateful_module
 from .errors import MetricError
 from .facade import Metric
-from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
+from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords, class_count
 from .language.matrix import MatrixFormula, display
 from .language.parse import parse
 from .language.symbols import A, B, C
@@ -109,10 +109,11 @@ class MatrixMetric(Metric):
     """
 
     statistic: ClassVar[Statistic] = STATISTICS["matrix"]
+    kind: ClassVar[str] = "K x K"
 
     def __init__(self, formula: MatrixFormula, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
-        self._init_common(formula, params, name, higher_is_better, constraints)
+        super().__init__(formula, params, name, higher_is_better, constraints)
         expr = formula.expr
         scalars = {sympy.Symbol(k): as_rational(k, params[k]) for k in formula.parameters}
         expr = expr.xreplace(scalars)
@@ -135,12 +136,16 @@ class MatrixMetric(Metric):
         self.num_classes: int | None = sizes.pop() if sizes else None
         self._gradient: sympy.Expr | None = None
 
-    def best_threshold(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Not applicable: a K x K metric scores the argmax over classes, not a threshold."""
-        raise MetricError("best_threshold and BestFeasible apply to binary decisions; a K x K "
-                          "metric scores the argmax over classes")
-
-    decision_objective = best_threshold  # not applicable either, for the same reason
+    _NO_THRESHOLD = ("best_threshold and BestFeasible apply to binary decisions; a K x K metric "
+                     "scores the argmax over classes")
+    _NO_CONSTRAINTS = ("constraints apply to 2 x 2 metrics; a K x K metric is one number of "
+                       "the whole matrix")
+    not_applicable: ClassVar[Mapping[str, str]] = {
+        "best_threshold": _NO_THRESHOLD, "decision_objective": _NO_THRESHOLD,
+        "parse_constraints": _NO_CONSTRAINTS, "constraint_scores": _NO_CONSTRAINTS,
+        "feasible": _NO_CONSTRAINTS,
+        "verify_subject": "verify() builds the K x K subject itself (verify.matrix.MatrixSubject)",
+    }
 
     # --- symbolic --------------------------------------------------------------------------
     @property
@@ -149,7 +154,7 @@ class MatrixMetric(Metric):
         return self._expr
 
     @property
-    def matrix_parameters(self) -> tuple[str, ...]:  # type: ignore[override]
+    def matrix_parameters(self) -> tuple[str, ...]:
         """Names of the K x K parameters given as numbers (kernel arguments after ``eps``)."""
         return tuple(sorted(self.matrix_values))
 
@@ -184,6 +189,18 @@ class MatrixMetric(Metric):
                 "matrix_values": tuple(self.matrix_values[k] for k in self.matrix_parameters),
                 "__doc__": f"Loss for the K x K metric {self.text.strip()!r}."}
 
+    #: Options of the other statistics' ``score``/``metric`` that a K x K metric has no use for.
+    _NOT_MATRIX_SCORE_OPTIONS: ClassVar[Mapping[str, str]] = {
+        "average": "a K x K metric is one number of the whole matrix: no classes to average",
+        "threshold": "a K x K metric scores the argmax over classes, not a threshold",
+    }
+
+    def _refuse_options(self, **given: Any) -> None:
+        for key, value in given.items():
+            if value is not None:
+                raise MetricError(f"{key}={value!r} does not apply to a K x K metric: "
+                                  f"{self._NOT_MATRIX_SCORE_OPTIONS[key]}")
+
     def _option_hint(self, key: str) -> str:
         if key in ("mode", "average", "classes", "class_weights"):
             return (" (a K x K metric is one metric of the whole matrix: no classes to pick or "
@@ -198,7 +215,7 @@ class MatrixMetric(Metric):
 
     # --- numeric ---------------------------------------------------------------------------
     @checked_keywords()
-    def value(self, matrix: Any, *, zero_division: float | None = None) -> Any:  # type: ignore[override]
+    def value(self, matrix: Any, *, zero_division: float | None = None) -> Any:
         """The exact metric of a ``(K, K)`` confusion matrix (rows true, columns predicted),
         or of each in an ``(R, K, K)`` batch (a float64 tensor then).
 
@@ -233,29 +250,38 @@ class MatrixMetric(Metric):
         return float(out[0]) if single else out
 
     @checked_keywords()
-    def score(self, preds: Any, target: Any, *, num_classes: int | None = None,  # type: ignore[override]
+    def score(self, preds: Any, target: Any, *, num_classes: int | None = None,
               ignore_index: int | None = None, zero_division: float | None = None,
-              mode: str = "multiclass") -> float:
+              mode: str = "multiclass", num_labels: int | None = None, from_logits: bool = False,
+              average: str | None = None, threshold: float | None = None) -> float:
         """The exact metric on hard labels.
 
         ``preds``: ``(N, K, *)`` scores (argmax over dim 1) or ``(N, *)`` class
         labels with ``num_classes``; ``target``: ``(N, *)`` class indices;
-        ``ignore_index`` drops elements with that target.
+        ``ignore_index`` drops elements with that target. ``from_logits`` is accepted
+        and changes nothing (the argmax of logits and of probabilities is the same);
+        ``average`` and ``threshold`` do not apply and are refused.
         """
         from .evaluate.matrix import hard_confusion_matrix
+        from .runtime.options import check_flag
 
+        check_flag("from_logits", from_logits)
+        num_classes = class_count(num_classes, num_labels)
         if mode != "multiclass":
             raise MetricError(f"a K x K metric scores multiclass labels; mode={mode!r} does not "
                               "apply")
+        self._refuse_options(average=average, threshold=threshold)
         m = hard_confusion_matrix(preds, target, num_classes or self.num_classes, ignore_index)
         if not bool(m.sum() > 0):
             raise MetricError("score() needs at least one (not ignored) element")
         return float(self.value(m, zero_division=zero_division))
 
     @checked_keywords(TORCHMETRICS_OPTIONS)
-    def metric(self, *, num_classes: int | None = None,  # type: ignore[override]
+    def metric(self, *, num_classes: int | None = None,
                ignore_index: int | None = None, zero_division: float | None = 0.0,
-               validate_args: bool = True, **kwargs: Any) -> MatrixStatefulMetric:
+               validate_args: bool = True, mode: str = "multiclass", num_labels: int | None = None,
+               average: str | None = None, threshold: float | None = None,
+               **kwargs: Any) -> MatrixStatefulMetric:
         """A ``torchmetrics.Metric`` of this formula on hard labels, exact over batches and ranks.
 
         Its state is the ``(K, K)`` hard confusion matrix, summed over ``update()``
@@ -269,6 +295,11 @@ class MatrixMetric(Metric):
         >>> round(float(qwk.compute()), 4)
         0.6364
         """
+        if mode != "multiclass":
+            raise MetricError(f"a K x K metric scores multiclass labels; mode={mode!r} does not "
+                              "apply")
+        self._refuse_options(average=average, threshold=threshold)
+        num_classes = class_count(num_classes, num_labels)
         k = num_classes if num_classes is not None else self.num_classes
         if k is None:
             raise MetricError("metric() of a K x K formula needs num_classes=<K>")
@@ -290,7 +321,8 @@ class MatrixMetric(Metric):
         >>> metricc.compile("quadratic_kappa").check().direction  # see docs/matrix.md
         'mixed'
         """
-        return super().check()  # type: ignore[return-value]
+        report: Any = super().check()
+        return report
 
     def _training_report(self) -> MatrixCheckReport:
         return self.check()  # the sampled check is what the warning reads
@@ -309,8 +341,9 @@ class MatrixMetric(Metric):
         >>> x = torch.randn(8, 4, requires_grad=True)
         >>> loss(x, torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])).backward()
         """
-        return super().loss(relaxation, warn_monotonicity=warn_monotonicity,  # type: ignore[return-value]
+        module: Any = super().loss(relaxation, warn_monotonicity=warn_monotonicity,
                             **options)
+        return module
 
     def verify(self, derivatives: Any = None, **options: Any) -> VerificationReport:
         """Prove the generated kernels against SymPy for small K, and compare the loss's

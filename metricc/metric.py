@@ -13,21 +13,20 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any, cast
 
-from .analysis.statistics import analysis_errors, statistic_of
-from .curve_metric import CurveMetric
+from .analysis.statistics import STATISTICS, analysis_errors, resolve, statistic_of
+from .counts_metric import CountsMetric
 from .errors import MetricError, MissingParameterError, suggest_all
 from .facade import Metric
 from .language.curve import CurveFormula
 from .language.matrix import MatrixFormula
 from .language.parse import Formula, check_single_identifier, known_names, parse
 from .library import lookup
-from .matrix_metric import MatrixMetric
 from .runtime.options import check_flag
 
-__all__ = ["FACADES", "Metric", "compile"]
+__all__ = ["FACADES", "CountsMetric", "Metric", "compile"]
 
-#: The facade class of each statistic (``metricc.analysis.statistics.STATISTICS``).
-FACADES: dict[str, type[Metric]] = {"counts": Metric, "matrix": MatrixMetric, "curve": CurveMetric}
+#: The facade class of each statistic, as its declaration names it (``Statistic.facade``).
+FACADES: dict[str, type[Metric]] = {s.name: resolve(s.facade) for s in STATISTICS.values()}
 
 
 def compile(formula: str, *, higher_is_better: bool | None = None,
@@ -129,7 +128,7 @@ def _reduce_loss(self: Any, protocol: int) -> tuple[Any, ...]:
 
 def _constraint_metric(formula: Formula, higher_is_better: bool) -> Metric:
     """How a constraint's normalised side is compiled (no parameters, no name)."""
-    return Metric(formula, {}, None, higher_is_better)
+    return CountsMetric(formula, {}, None, higher_is_better)
 
 
 @lru_cache(maxsize=256)

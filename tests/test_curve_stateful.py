@@ -154,7 +154,7 @@ def test_an_undefined_column_warns_and_is_left_out_of_the_macro_average() -> Non
     (lambda: _metric("auroc", mode="binray"), "did you mean 'binary'"),
     (lambda: _metric("auroc", average="macor"), "did you mean 'macro'"),
     (lambda: _metric("auroc", mode="multiclass"), "needs num_classes"),
-    (lambda: _metric("auroc", mode="multilabel", num_classes=3), "takes num_labels"),
+    (lambda: _metric("auroc", mode="multilabel", num_classes=3, num_labels=4), "name the same thing"),
     (lambda: _metric("recall_at_precision"), "without values"),
     (lambda: _metric("auroc", thresholds=1), "at least 2"),
 ])

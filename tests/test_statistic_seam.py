@@ -60,7 +60,7 @@ def test_every_statistic_has_an_entry_in_every_stage_registry() -> None:
 def test_the_parsed_record_names_its_statistic_and_compile_dispatches_on_it() -> None:
     assert statistic_of(parse("f1")).name == "counts"
     assert statistic_of(parse(QWK)).name == "matrix"
-    for text, cls in (("f1", metricc.Metric), (QWK, FACADES["matrix"])):
+    for text, cls in (("f1", FACADES["counts"]), (QWK, FACADES["matrix"]), ("auroc", FACADES["curve"])):
         m = metricc.compile(text)
         assert type(m) is cls and isinstance(m, metricc.Metric)
         assert m.statistic is STATISTICS[statistic_of(m.formula).name]

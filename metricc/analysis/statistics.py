@@ -60,6 +60,8 @@ class Statistic:
     kernel_helpers: tuple[str, ...]
     #: What the loss class of a formula without a name is called.
     unnamed_loss: str
+    #: The dotted path of the statistic's facade (a :class:`metricc.facade.Metric` subclass).
+    facade: str = ""
 
 
 def _curve_nonnegative(e: sympy.Expr) -> bool:
@@ -82,7 +84,7 @@ STATISTICS: dict[str, Statistic] = {
         kernel_names=("metric_value", "metric_and_coefficients"),
         kernel_args=("TP", "FP", "FN", "TN", "eps"),
         loss_class="metricc.runtime.loss.MetricLoss", kernel_helpers=(),
-        unnamed_loss="CustomMetricLoss"),
+        unnamed_loss="CustomMetricLoss", facade="metricc.counts_metric.CountsMetric"),
     "matrix": Statistic(
         name="matrix", symbols=("C", "K", "n", "row", "col", "sum", "present"),
         is_nonnegative=matrix.is_nonnegative,
@@ -91,7 +93,7 @@ STATISTICS: dict[str, Statistic] = {
         loss_class="metricc.runtime.matrix.MatrixLoss",
         kernel_helpers=("mx_size", "mx_index", "mx_entry", "mx_sum", "mx_delta", "mx_present",
                         "mx_rows", "mx_matrices"),
-        unnamed_loss="CustomMatrixMetricLoss"),
+        unnamed_loss="CustomMatrixMetricLoss", facade="metricc.matrix_metric.MatrixMetric"),
     "curve": Statistic(
         name="curve", symbols=("area", "steps", "best", "P", "N", "n"),
         is_nonnegative=_curve_nonnegative, differentiate=_curve_partials,
@@ -99,7 +101,7 @@ STATISTICS: dict[str, Statistic] = {
         kernel_names=("curve_value", "curve_and_gradient"),
         kernel_args=("TP", "FP", "P", "N", "eps", "tau", "tau_gate"),
         loss_class="metricc.runtime.curve_loss.CurveLoss", kernel_helpers=(),
-        unnamed_loss="CustomCurveMetricLoss"),
+        unnamed_loss="CustomCurveMetricLoss", facade="metricc.curve_metric.CurveMetric"),
 }
 
 

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -83,6 +84,8 @@ def input_tensor(name: str, v: Any, device: Any = None) -> Tensor:
     ...
     metricc.errors.MetricError: preds must be a tensor or a rectangular (nested) list of numbers, got list ...
     """
+    if isinstance(v, np.ndarray) and any(st < 0 for st in v.strides):
+        v = np.ascontiguousarray(v)  # a reversed view (labels[::-1]): torch takes no negative strides
     try:
         return torch.as_tensor(v, device=device)
     except (TypeError, ValueError, RuntimeError) as e:

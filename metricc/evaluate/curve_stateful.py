@@ -57,19 +57,19 @@ def _grid(thresholds: Any) -> Tensor:
 
 
 def _classes(mode: str, num_labels: int | None, num_classes: int | None) -> int:
-    n, name = {"binary": (None, ""), "multilabel": (num_labels, "num_labels"),
-               "multiclass": (num_classes, "num_classes")}[mode]
-    other = num_classes if mode == "multilabel" else num_labels if mode == "multiclass" else None
+    # num_labels (torchmetrics' multilabel name) and num_classes are one size of dim 1
+    if num_labels is not None and num_classes is not None and num_labels != num_classes:
+        raise MetricError(f"num_classes={num_classes!r} and num_labels={num_labels!r} name the same "
+                          "thing (the size of dim 1): pass one")
+    n = num_classes if num_classes is not None else num_labels
     if mode == "binary":
-        if num_labels is not None or num_classes is not None:
+        if n is not None:
             raise MetricError("mode='binary' takes neither num_labels nor num_classes; pass "
                               "mode='multilabel' or 'multiclass' for one curve per column")
         return 1
-    if other is not None:
-        wrong = "num_classes" if mode == "multilabel" else "num_labels"
-        raise MetricError(f"mode={mode!r} takes {name}, not {wrong}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise MetricError(f"mode={mode!r} needs {name}, an int >= 2 (one curve per column), got {n!r}")
+        raise MetricError(f"mode={mode!r} needs num_classes (or num_labels), an int >= 2 (one curve "
+                          f"per column), got {n!r}")
     return n
 
 
