@@ -81,6 +81,7 @@ class CurveMetric(Metric):
     """
 
     statistic: ClassVar[Statistic] = STATISTICS["curve"]
+    check_report: ClassVar[type[Any]] = CurveCheckReport
 
     def __init__(self, formula: CurveFormula, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:

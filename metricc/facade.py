@@ -71,6 +71,8 @@ class Metric(CountsScoring, ConstraintMethods):
     """
 
     statistic: ClassVar[Statistic] = STATISTICS["counts"]
+    #: The type of ``check()``'s report: a disk-cache entry of another type is not served.
+    check_report: ClassVar[type[Any]] = CheckReport
     #: ``(formula, params, higher_is_better, constraints) -> Metric``: how a metric is compiled
     #: again when unpickled; :mod:`metricc.metric` sets it to its cached ``compile``.
     rebuild: ClassVar[Callable[..., Metric] | None] = None
@@ -152,7 +154,7 @@ class Metric(CountsScoring, ConstraintMethods):
     def _partials(self) -> dict[str, sympy.Expr]:
         if "gradient" not in self.analysis.__dict__:  # not yet computed in this process
             result = cached("gradient", self._cache_key, lambda: self.analysis.gradient_result,
-                            keep=lambda r: r[1])
+                            keep=lambda r: r[1], schema=tuple[dict[str, sympy.Expr], bool])
             self.analysis.__dict__["gradient"] = result[0]  # the cached_property's slot
         return self.analysis.gradient
 
@@ -192,7 +194,7 @@ class Metric(CountsScoring, ConstraintMethods):
             else:  # not a report the time budget cut short: a faster run may prove more
                 self._check = cached("check", self._cache_key, self._run_check,
                                      keep=lambda r: not getattr(r, "budget_spent", False),
-                                     own=self.expr)
+                                     own=self.expr, schema=self.check_report)
         return self._check
 
     def _training_report(self) -> Any:
@@ -203,13 +205,14 @@ class Metric(CountsScoring, ConstraintMethods):
         if self._moves is not None:
             return self._moves
         from .analysis.budget import limit
-        from .analysis.counts_moves import check_moves
+        from .analysis.counts_moves import MovesReport, check_moves
 
         def moves() -> Any:
             with limit(), analysis_errors(self.text):  # one budget, as in _run_check
                 return check_moves(self.expr, self._partials(), higher_is_better=self.higher_is_better)
 
-        self._moves = cached("moves", self._cache_key, moves, keep=lambda r: not r.budget_spent)
+        self._moves = cached("moves", self._cache_key, moves, keep=lambda r: not r.budget_spent,
+                             schema=MovesReport)
         return self._moves
 
     def _run_check(self) -> Any:

@@ -109,6 +109,7 @@ class MatrixMetric(Metric):
     """
 
     statistic: ClassVar[Statistic] = STATISTICS["matrix"]
+    check_report: ClassVar[type[Any]] = MatrixCheckReport
 
     def __init__(self, formula: MatrixFormula, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
