@@ -48,6 +48,7 @@ class CountsMetric(CountsScoring, ConstraintMethods, Metric):
 
     statistic: ClassVar[Statistic] = STATISTICS["counts"]
     kind: ClassVar[str] = "2 x 2"
+    check_report: ClassVar[type[Any]] = CheckReport
 
     def __init__(self, formula: Formula, params: Mapping[str, float], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
@@ -78,7 +79,7 @@ class CountsMetric(CountsScoring, ConstraintMethods, Metric):
     def _partials(self) -> dict[str, sympy.Expr]:
         if "gradient" not in self.analysis.__dict__:  # not yet computed in this process
             result = cached("gradient", self._cache_key, lambda: self.analysis.gradient_result,
-                            keep=lambda r: r[1])
+                            keep=lambda r: r[1], schema=tuple[dict[str, sympy.Expr], bool])
             self.analysis.__dict__["gradient"] = result[0]  # the cached_property's slot
         return self.analysis.gradient
 
@@ -167,13 +168,14 @@ class CountsMetric(CountsScoring, ConstraintMethods, Metric):
         if self._moves is not None:
             return self._moves
         from .analysis.budget import limit
-        from .analysis.counts_moves import check_moves
+        from .analysis.counts_moves import MovesReport, check_moves
 
         def moves() -> Any:
             with limit(), analysis_errors(self.text):  # one budget, as in _run_check
                 return check_moves(self.expr, self._partials(), higher_is_better=self.higher_is_better)
 
-        self._moves = cached("moves", self._cache_key, moves, keep=lambda r: not r.budget_spent)
+        self._moves = cached("moves", self._cache_key, moves, keep=lambda r: not r.budget_spent,
+                             schema=MovesReport)
         return self._moves
 
     def _run_check(self) -> Any:

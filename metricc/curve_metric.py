@@ -154,6 +154,7 @@ class CurveMetric(Metric):
 
     statistic: ClassVar[Statistic] = STATISTICS["curve"]
     kind: ClassVar[str] = "curve"
+    check_report: ClassVar[type[Any]] = CurveCheckReport
     _NO_THRESHOLD = ("best_threshold and BestFeasible apply to metrics at one threshold; a curve "
                      "metric is over all of them (best(f) is the best value of f over thresholds)")
     _NO_CONSTRAINTS = ("constraints apply to 2 x 2 metrics; write the bound into best(): "

@@ -66,6 +66,8 @@ class Metric:
 
     #: The statistic this facade compiles (declared once, by each statistic's facade).
     statistic: ClassVar[Statistic]
+    #: The type of ``check()``'s report: a disk-cache entry of another type is not served.
+    check_report: ClassVar[type[Any]]
     #: How messages name this statistic's metrics ("2 x 2", "K x K", "curve").
     kind: ClassVar[str] = ""
     #: ``{method: why}``: the public methods that do not apply to this statistic.
@@ -224,7 +226,7 @@ class Metric:
             else:  # not a report the time budget cut short: a faster run may prove more
                 self._check = cached("check", self._cache_key, self._run_check,
                                      keep=lambda r: not getattr(r, "budget_spent", False),
-                                     own=self.expr)
+                                     own=self.expr, schema=self.check_report)
         return self._check
 
     @property

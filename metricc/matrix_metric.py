@@ -110,6 +110,7 @@ class MatrixMetric(Metric):
 
     statistic: ClassVar[Statistic] = STATISTICS["matrix"]
     kind: ClassVar[str] = "K x K"
+    check_report: ClassVar[type[Any]] = MatrixCheckReport
 
     def __init__(self, formula: MatrixFormula, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:

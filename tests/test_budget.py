@@ -195,6 +195,7 @@ def test_a_worker_killed_from_outside_is_replaced() -> None:
     assert pid is not None
     os.kill(pid, 9)
     os.waitpid(pid, 0)
-    with pytest.raises(budget.BudgetExceeded):
-        budget.bounded(sum, [2])
+    # found dead before the call: replaced at once, the call answered (not "crashed")
+    assert budget.bounded(sum, [2]) == 2
+    assert worker.worker_pid() not in (None, pid)
     assert budget.bounded(sum, [3]) == 3

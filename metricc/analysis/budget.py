@@ -16,6 +16,9 @@ Two mechanisms bound it:
 Evaluating at a point is done with mpmath floats rather than SymPy numbers:
 ``Rational(7, 10)**Rational(3, 5)`` makes SymPy factor integers, which hangs
 on the rationals that a fractional power of a fractional power produces.
+mpmath's working precision is one setting for the whole process, so every
+evaluation at a precision runs under :func:`precision`, which holds a lock:
+threads that verify or check at once each compute at the digits they asked for.
 
 >>> import sympy
 >>> TP = sympy.Symbol("TP")
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -54,6 +58,7 @@ __all__ = [
     "evaluator",
     "float_evaluator",
     "limit",
+    "precision",
     "remaining",
     "spent",
     "without_proofs",
@@ -260,9 +265,30 @@ def _mpf(x: Any) -> Any:
     return mpmath.mpf(int(q.p)) / int(q.q)
 
 
+_PRECISION_LOCK = threading.RLock()
+
+
+@contextmanager
+def precision(digits: int) -> Iterator[None]:
+    """mpmath's working precision set to ``digits`` decimal digits inside, for this thread alone.
+
+    mpmath keeps its precision in one process-global context (``mpmath.mp``): two threads
+    inside ``mpmath.workdps`` interleave their settings and restores, so one computes at
+    the other's digits (four threads running ``verify()`` at once failed three of them).
+    The lock (reentrant: nested uses keep working) makes the setting and the computation
+    one step; every precision-dependent evaluation in metricc goes through here.
+
+    >>> with precision(50):
+    ...     mpmath.mp.dps
+    50
+    """
+    with _PRECISION_LOCK, mpmath.workdps(digits):
+        yield
+
+
 def evaluate(fn: Callable[..., Any], values: Sequence[Any], digits: int = 30) -> complex | None:
     """``fn(*values)`` to ``digits`` digits, or ``None`` where it is undefined or overflows."""
-    with mpmath.workdps(digits):
+    with precision(digits):
         v = _value(fn, values)
         return None if v is None else complex(v)
 
@@ -278,7 +304,7 @@ def evaluate_difference(f: Callable[..., Any], g: Callable[..., Any], values: Se
     >>> abs(d - 1e-25) < 1e-29  # float64 values would differ by 0
     True
     """
-    with mpmath.workdps(digits):
+    with precision(digits):
         a, b = _value(f, values), _value(g, values)
         diff = None if a is None or b is None else _finite(a - b)
         return (None if a is None else complex(a), None if b is None else complex(b),

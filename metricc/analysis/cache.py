@@ -6,9 +6,12 @@ on (the kind of result, the formula text, its parameters, the substituted expres
 the options that matter, and the metricc and SymPy versions). Nothing read back is
 pickled, evaluated or executed: SymPy expressions are stored as trees whose node names
 come from the fixed table :data:`NODES` and are rebuilt only through it, and report
-objects only as the dataclasses of :data:`REPORTS` (built on first use). An entry that
-cannot be read, does not decode, or was written for another key is ignored; the result
-is computed again and the entry rewritten (a temporary file, then a rename).
+objects only as the dataclasses of :data:`REPORTS` (built on first use), numbers only of
+bounded size. An entry is read only as :mod:`metricc.analysis.cache_entry`
+allows (a bounded regular file, its digest matching its content, its value of the type the
+caller expects); one that cannot be read, does not decode, fails a check or was written for
+another key is ignored, and the result is computed again and the entry rewritten (a
+temporary file, then a rename).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any
 import mpmath
 import sympy
 
+from .cache_entry import conforms, digest, integer, number, parse, read_entry, real
+
 __all__ = [
     "NODES",
     "Undecodable",
@@ -43,8 +48,11 @@ __all__ = [
     "expression_key",
 ]
 
-#: Bumped when the encoding changes: old entries then miss.
-FORMAT = 1
+#: Bumped when the encoding changes: old entries then miss (2: a digest of the content).
+FORMAT = 2
+#: The largest numerator or denominator of a power's exponent an entry may hold: a stored
+#: ``2**(10**3999)`` is one expression node, and a hang for whatever evaluates it.
+MAX_EXPONENT = 10**4
 ENV = "METRICC_CACHE_DIR"
 
 _state: dict[str, Any] = {"dir": None, "off": False}
@@ -61,8 +69,9 @@ def enable_cache(path: str | os.PathLike[str] | None = None) -> Path:
     if path is None:
         base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
         path = Path(base) / "metricc"
-    _state["dir"], _state["off"] = Path(path), False
-    return Path(path)
+    folder = Path(path).expanduser()  # "~/x" is the home's x, not a folder named "~"
+    _state["dir"], _state["off"] = folder, False
+    return folder
 
 
 def disable_cache() -> None:
@@ -77,7 +86,7 @@ def cache_dir() -> Path | None:
     if _state["dir"] is not None:
         return Path(_state["dir"])
     env = os.environ.get(ENV)
-    return Path(env) if env else None
+    return Path(env).expanduser() if env else None
 
 
 def clear_cache() -> int:
@@ -168,15 +177,9 @@ def _build(t: Any, bound: list[Any]) -> Any:
             raise Undecodable("bad symbol")
         return sympy.Symbol(label, **assumptions)
     if name in ("Integer", "Rational", "Float"):
-        if not all(isinstance(a, str) for a in args):
-            raise Undecodable("bad number")
         try:
-            if name == "Integer":
-                return sympy.Integer(int(*args))
-            if name == "Rational":
-                return sympy.Rational(int(args[0]), int(args[1]))
-            return sympy.Float(args[0], precision=int(args[1]))
-        except (TypeError, ValueError) as e:
+            return number(name, args)
+        except (TypeError, ValueError, ZeroDivisionError) as e:
             raise Undecodable(f"bad number: {e}") from None
     if name == "Dummy":
         if len(args) != 1 or not isinstance(args[0], str) or not args[0].isdigit() \
@@ -191,6 +194,9 @@ def _build(t: Any, bound: list[Any]) -> Any:
     if cls is None:
         raise Undecodable(f"unknown node {name!r}")
     built = [_build(a, bound) for a in args]
+    if name == "Pow" and len(built) == 2 and isinstance(built[1], sympy.Rational) \
+            and max(abs(built[1].p), built[1].q) > MAX_EXPONENT:
+        raise Undecodable("an exponent past the bound")
     try:
         return cls(*built, evaluate=False) if name in _EVALUATE else cls(*built)
     except (TypeError, ValueError, AttributeError) as e:
@@ -252,9 +258,9 @@ def decode(data: Any, own: Any = None) -> Any:
                 raise Undecodable("no expression to refer to")
             return own
         if "i" in data:
-            return int(data["i"])
+            return integer(data["i"])
         if "f" in data:
-            return float(data["f"])
+            return real(data["f"])
         if "x" in data:
             return _build(data["x"], list(dummies(own)))
         if "t" in data:
@@ -301,18 +307,24 @@ def entry_key(kind: str, *parts: Any) -> list[str]:
 
 
 def _path(folder: Path, key: list[str]) -> Path:
-    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:40]
-    return folder / f"metricc-{key[1]}-{digest}.json"
+    name = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:40]
+    return folder / f"metricc-{key[1]}-{name}.json"
 
 
-def _load(path: Path, key: list[str], own: Any) -> tuple[bool, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("key") != key:
-            return False, None
-        return True, decode(data["value"], own)
-    except (OSError, ValueError, KeyError, RecursionError):  # missing, unreadable, corrupt
+def _load(path: Path, key: list[str], own: Any, schema: Any) -> tuple[bool, Any]:
+    """``(True, value)`` for an entry that passes every check (module docstring), else a miss."""
+    raw = read_entry(path)  # a bounded regular file, or None
+    if raw is None:
         return False, None
+    try:
+        data = parse(raw)
+        if not isinstance(data, dict) or set(data) != {"key", "value", "sha256"} \
+                or data["key"] != key or data["sha256"] != digest(key, data["value"]):
+            return False, None  # another key, edited by hand, or cut short
+        value = decode(data["value"], own)
+    except (ValueError, KeyError, TypeError, RecursionError, UnicodeDecodeError):  # corrupt
+        return False, None
+    return (True, value) if schema is None or conforms(value, schema) else (False, None)
 
 
 def _store(path: Path, key: list[str], value: Any, own: Any) -> None:
@@ -324,7 +336,7 @@ def _store(path: Path, key: list[str], value: Any, own: Any) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"key": key, "value": data}, f)
+                json.dump({"key": key, "value": data, "sha256": digest(key, data)}, f)
             os.replace(tmp, path)  # readers see the old entry or the whole new one
         finally:
             Path(tmp).unlink(missing_ok=True)
@@ -333,12 +345,15 @@ def _store(path: Path, key: list[str], value: Any, own: Any) -> None:
 
 
 def cached(kind: str, parts: Callable[[], tuple[Any, ...]], compute: Callable[[], Any],
-           keep: Callable[[Any], bool] = lambda value: True, own: Any = None) -> Any:
+           keep: Callable[[Any], bool] = lambda value: True, own: Any = None,
+           schema: Any = None) -> Any:
     """``compute()``, or the entry stored for ``(kind, parts())`` when the cache is on.
 
     ``parts`` is called only then (the key costs a walk of the expression). A fresh result
     is stored only if ``keep(result)`` (e.g. not one cut short by the time budget, which a
-    faster run could prove). ``own``: see :func:`encode`.
+    faster run could prove). ``own``: see :func:`encode`. ``schema``: the type an entry's
+    value must have (a report class, ``tuple[dict[str, sympy.Expr], bool]``; see
+    :func:`metricc.analysis.cache_entry.conforms`), else it is computed again.
     """
     folder = cache_dir()
     if folder is None:
@@ -348,7 +363,7 @@ def cached(kind: str, parts: Callable[[], tuple[Any, ...]], compute: Callable[[]
     except (RecursionError, ValueError, TypeError):  # no key for it: not cached
         return compute()
     path = _path(folder, key)
-    hit, value = _load(path, key, own)
+    hit, value = _load(path, key, own, schema)
     if hit:
         return value
     value = compute()

@@ -18,6 +18,14 @@ before:
   per call: past it Python raises ``MemoryError`` (answered ``"memory"``, and the
   worker exits) or a C library aborts (answered ``"crashed"``).
 
+Parent and worker talk over a socket pair, written with ``MSG_NOSIGNAL``: a worker
+that died (killed from outside) is a ``BrokenPipeError``, never a ``SIGPIPE`` that kills a
+program which restored the default handler (exit 141, no message), and a worker found dead
+before a call is replaced. The worker dies with the parent process (``PR_SET_PDEATHSIG``)
+only when the main thread forked it: Linux sends that signal when the forking *thread*
+ends, and a worker started by a short-lived thread must outlive it (it still exits at
+end-of-file on its socket once the parent is gone, and its timer bounds any call).
+
 Only the forking thread exists in the worker; the work is pure Python (SymPy,
 mpmath), so torch's intra-op threads, which are not copied, are never needed
 there. Platforms without ``fork`` (and ``METRICC_ANALYSIS_WORKER=0``) run the
@@ -36,6 +44,7 @@ import pickle
 import resource
 import select
 import signal
+import socket
 import struct
 import sys
 import threading
@@ -86,10 +95,13 @@ def in_worker() -> bool:
 
 # --- the worker side ------------------------------------------------------------------------
 
-def _read_exact(fd: int, n: int) -> bytes | None:
+def _read_exact(sock: socket.socket, n: int) -> bytes | None:
     chunks, got = [], 0
     while got < n:
-        c = os.read(fd, min(n - got, 1 << 20))
+        try:
+            c = sock.recv(min(n - got, 1 << 20))
+        except ConnectionResetError:
+            return None
         if not c:
             return None
         chunks.append(c)
@@ -97,15 +109,14 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _send(fd: int, data: bytes) -> None:
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
+def _send(sock: socket.socket, data: bytes) -> None:
+    # MSG_NOSIGNAL: a closed other end is an OSError here, not SIGPIPE for the process
+    sock.sendall(_HEADER.pack(len(data)) + data, socket.MSG_NOSIGNAL)
 
 
-def _recv(fd: int) -> bytes | None:
-    head = _read_exact(fd, _HEADER.size)
-    return None if head is None else _read_exact(fd, _HEADER.unpack(head)[0])
+def _recv(sock: socket.socket) -> bytes | None:
+    head = _read_exact(sock, _HEADER.size)
+    return None if head is None else _read_exact(sock, _HEADER.unpack(head)[0])
 
 
 def _on_timer(signum: int, frame: Any) -> None:
@@ -137,16 +148,19 @@ def _answer(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
 
 
-def _serve(requests: int, replies: int) -> None:
+def _serve(conn: socket.socket, parent: int, die_with_parent: bool) -> None:
     global _IN_WORKER
     _IN_WORKER = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent, which kills us
     signal.signal(signal.SIGPROF, _on_timer)
-    with contextlib.suppress(OSError, AttributeError):  # die with the parent (Linux prctl)
-        import ctypes
+    if die_with_parent:  # forked by the main thread, which lives as long as the process
+        with contextlib.suppress(OSError, AttributeError):  # Linux prctl
+            import ctypes
 
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    while (data := _recv(requests)) is not None:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the prctl
+            return
+    while (data := _recv(conn)) is not None:
         start = time.process_time()
         try:
             fn, args, kwargs, seconds, memory = pickle.loads(data)
@@ -160,7 +174,10 @@ def _serve(requests: int, replies: int) -> None:
             out = pickle.dumps((status, value, cpu))
         except Exception as e:  # an unpicklable result or exception
             out = pickle.dumps(("error", MetricError(f"analysis failed: {type(e).__name__}: {e}"), cpu))
-        _send(replies, out)
+        try:
+            _send(conn, out)
+        except OSError:  # the parent is gone
+            return
         if status == "memory":  # the heap may be fragmented past use: a fresh worker next time
             return
 
@@ -169,19 +186,24 @@ def _serve(requests: int, replies: int) -> None:
 
 class _Worker:
     def __init__(self) -> None:
-        req_r, self.requests = os.pipe()
-        self.replies, rep_w = os.pipe()
+        self.sock, child = socket.socketpair()
         self.owner = os.getpid()
+        main = threading.current_thread() is threading.main_thread()
         self.pid = os.fork()
         if self.pid == 0:  # pragma: no cover - the child process
             try:
-                os.close(self.requests)
-                os.close(self.replies)
-                _serve(req_r, rep_w)
+                self.sock.close()
+                _serve(child, self.owner, main)
             finally:
                 os._exit(0)
-        os.close(req_r)
-        os.close(rep_w)
+        child.close()
+
+    def alive(self) -> bool:
+        """Whether the worker process still runs (a dead one is reaped here)."""
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
 
     def cpu(self) -> float:
         """CPU seconds the worker has used (user + system), or 0 once it is gone."""
@@ -193,23 +215,22 @@ class _Worker:
             return 0.0
 
     def close(self) -> None:
-        for fd in (self.requests, self.replies):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with contextlib.suppress(OSError):
+            self.sock.close()
         with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(self.pid, 0)
 
     def call(self, request: bytes, seconds: float) -> tuple[str, Any, float]:
-        _send(self.requests, request)
+        _send(self.sock, request)
         start_cpu, start_wall = self.cpu(), time.monotonic()
         wall_limit = max(_WALL_MIN, _WALL_FACTOR * seconds)
-        while not select.select([self.replies], [], [], 0.02)[0]:
+        while not select.select([self.sock], [], [], 0.02)[0]:
             used = self.cpu() - start_cpu
             if used > seconds + _KILL_GRACE or time.monotonic() - start_wall > wall_limit:
                 raise BudgetExceeded("time", used, seconds)
-        data = _recv(self.replies)
+        data = _recv(self.sock)
         if data is None:  # it died: a C library aborted (out of memory), or a stack overflow
             raise BudgetExceeded("crashed", self.cpu() - start_cpu, seconds)
         return pickle.loads(data)
@@ -257,6 +278,9 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         return fn(*args, **kwargs), time.process_time() - start
     request = pickle.dumps((fn, args, kwargs, seconds, memory))
     with _LOCK:
+        if _WORKER is not None and _WORKER.owner == os.getpid() and not _WORKER.alive():
+            _WORKER.close()  # killed between calls: a fresh one answers this call
+            _WORKER = None
         if _WORKER is None or _WORKER.owner != os.getpid():
             _WORKER = _Worker()
         worker = _WORKER

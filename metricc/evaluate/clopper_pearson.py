@@ -94,8 +94,10 @@ def beta_ppf(q: float, a: float, b: float) -> float:
         return x
     import mpmath
 
+    from ..analysis.budget import precision  # mpmath's precision is process-wide: under its lock
+
     try:
-        with mpmath.workdps(30):
+        with precision(30):
             aa, bb = mpmath.mpf(a), mpmath.mpf(b)
             # from the float value Newton needs a step or two; bisection (1030 halvings reach
             # 1e-310) covers the rest

@@ -9,14 +9,12 @@ at the loss's magnitude (a loss of 1e19 changes by nothing measurable under a st
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
 from sympy.printing.lambdarepr import LambdaPrinter
 
-from ..errors import MetricWarning
 from ..language.functions import lambdify_torch
 from .report import Check, VerificationReport
 
@@ -115,6 +113,9 @@ def against_reference(report: VerificationReport, label: str, make_module: Any, 
     differences, all in float64. ``constant``: the metric ignores the predictions, so the
     gradient must be exactly 0 (finite differences of it would measure rounding).
     ``label`` has a ``{backward}`` field; ``elements`` as in :func:`finite_difference_check`.
+    ``make_module`` must not warn (``warn_monotonicity=False``: verify() checks gradients of
+    any formula, wise as a loss or not): a ``warnings.catch_warnings`` here was process state
+    that threads verifying at once left changed.
     """
     import torch
 
@@ -123,10 +124,7 @@ def against_reference(report: VerificationReport, label: str, make_module: Any, 
     (ref_grad,) = torch.autograd.grad(ref_value, xr)
     for backward in ("symbolic", "autograd"):
         name = label.format(backward=backward)
-        with warnings.catch_warnings():
-            # verify() checks gradients of any formula, wise as a loss or not.
-            warnings.simplefilter("ignore", MetricWarning)
-            module = make_module(backward)
+        module = make_module(backward)
         x = x0.clone().requires_grad_(True)
         value = module(x, target)
         (grad,) = torch.autograd.grad(value, x)

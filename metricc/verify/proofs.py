@@ -15,7 +15,7 @@ from typing import Any
 
 import sympy
 
-from ..analysis.budget import BudgetExceeded, bounded, evaluate_difference, evaluator, spent
+from ..analysis.budget import BudgetExceeded, bounded, evaluate_difference, evaluator, precision, spent
 from ..analysis.size import MAX_EXPANSION, common_denominator_size, rename, small_enough, tame
 from ..language.functions import TORCH_CALLS, sympy_torch
 from ..language.symbols import TO_POSITIVE
@@ -158,7 +158,7 @@ def _decades(n: sympy.Number) -> int:
     took 0.5 s for the 200 constants of a binding chain."""
     import mpmath
 
-    with mpmath.workdps(15):
+    with precision(15):  # the process-wide precision, under its lock
         e = int(mpmath.floor(mpmath.log10(abs(mpmath.mpmathify(n.evalf(20))))))
     return max(abs(e - 1), abs(e), abs(e + 1))
 
