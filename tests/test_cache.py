@@ -12,7 +12,7 @@ import sympy
 import torch
 
 import metricc
-import metricc.facade
+import metricc.counts_metric
 from metricc.analysis import cache
 from metricc.library import METRICS
 
@@ -80,7 +80,7 @@ def test_cached_compile_gives_identical_results(cache_in: Path, monkeypatch: pyt
     m = fresh(name)
     # A hit: the check report comes from disk, not from the analysis.
     monkeypatch.setattr(type(m), "_run_check", lambda self: pytest.fail("check() recomputed"))
-    monkeypatch.setattr(metricc.facade, "check", lambda *a, **k: pytest.fail("check() recomputed"))
+    monkeypatch.setattr(metricc.counts_metric, "check", lambda *a, **k: pytest.fail("check() recomputed"))
     second = results(m)
     assert_same(reference, first)
     assert_same(reference, second)
@@ -108,13 +108,13 @@ def test_another_version_misses(cache_in: Path, monkeypatch: pytest.MonkeyPatch)
     before = set(cache_in.glob("metricc-*.json"))
     assert before
     calls = []
-    real = metricc.facade.check
+    real = metricc.counts_metric.check
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(metricc.facade, "check", counting)
+    monkeypatch.setattr(metricc.counts_metric, "check", counting)
     fresh("f1").check()
     assert calls == []  # same version: a hit
     monkeypatch.setattr(cache, "code_version", lambda: "0.0.0-other")  # metricc edited or released
