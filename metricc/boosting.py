@@ -178,10 +178,16 @@ class BoostObjective:
         """``objective=`` of ``XGBClassifier`` and ``LGBMClassifier`` (both pass raw margins)."""
         return self.grad_hess(y_pred, y_true, sample_weight)
 
-    def xgboost_sklearn_metric(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
-        """``eval_metric=`` of ``XGBClassifier``; with early stopping pass
+    @property
+    def xgboost_sklearn_metric(self) -> Any:
+        """``eval_metric=`` of ``XGBClassifier`` (a function named after the metric, as the logs
+        show it); with early stopping pass
         ``callbacks=[xgb.callback.EarlyStopping(rounds, maximize=objective.maximize)]``."""
-        return self.score(y_pred, y_true, sample_weight)
+        def metric(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+            return self.score(y_pred, y_true, sample_weight)
+
+        metric.__name__ = metric.__qualname__ = self.name
+        return metric
 
     def lightgbm_sklearn_metric(self, y_true: Any, y_pred: Any, weight: Any = None
                                 ) -> tuple[str, float, bool]:
