@@ -23,8 +23,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["binary_grad_hess", "hard_counts", "matrix_grad_hess", "ovr_counts",
-           "ovr_grad_hess", "sigmoid", "softmax", "soft_matrix"]
+__all__ = [
+    "binary_grad_hess",
+    "hard_counts",
+    "matrix_grad_hess",
+    "ovr_counts",
+    "ovr_grad_hess",
+    "sigmoid",
+    "soft_matrix",
+    "softmax",
+]
 
 #: ``(TP, FP, FN, TN) -> (value, g1, g0, h1, h0)`` on float64 arrays (``emit_curvature_kernel``).
 Curvature = Callable[..., tuple[Any, ...]]
