@@ -118,7 +118,7 @@ class BoostObjective:
     def _run(self, margins: Any, labels: Any, weight: Any, exact: bool) -> tuple[Any, Any, float]:
         z, y, w = self._inputs(margins, labels, weight)
         if self.kind == "binary":
-            grad, hess, loss = binary_grad_hess(z, y.astype(np.float64), w, self.derivatives(),
+            grad, hess, loss = binary_grad_hess(z, y, w, self.derivatives(),
                                                 self._sign, exact)
         else:
             run = matrix_grad_hess if self.kind == "matrix" else ovr_grad_hess
@@ -240,7 +240,7 @@ def check_inputs(margins: Any, labels: Any, weight: Any, kind: str,
     if not np.isfinite(z).all():
         raise MetricError("the margins hold NaN or infinity: the booster diverged; lower the "
                           "learning rate or raise min_child_weight / reg_lambda")
-    if kind == "binary" and not np.isin(y, (0.0, 1.0)).all():
+    if kind == "binary" and not ((y == 0.0) | (y == 1.0)).all():
         raise MetricError("a binary objective takes 0/1 labels; for K classes pass "
                           "num_classes=K or boost a K x K metric")
     if kind != "binary":

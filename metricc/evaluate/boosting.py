@@ -27,10 +27,10 @@ __all__ = [
     "binary_grad_hess",
     "hard_counts",
     "matrix_grad_hess",
+    "one_hot",
     "ovr_counts",
     "ovr_grad_hess",
     "sigmoid",
-    "soft_matrix",
     "softmax",
 ]
 
@@ -101,11 +101,11 @@ def binary_grad_hess(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, curvatu
     return (*_finish(grad, first, hh, exact), loss)
 
 
-def soft_matrix(P: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> np.ndarray:
-    """The ``(K, K)`` soft confusion matrix ``C[a, b] = sum_i w_i [y_i = a] P[i, b]``."""
-    k = P.shape[1]
-    wp = P if w is None else P * w[:, None]
-    return np.stack([np.bincount(y, weights=wp[:, b], minlength=k) for b in range(k)], axis=1)
+def one_hot(y: np.ndarray, k: int) -> np.ndarray:
+    """``(N, K)`` float64 one-hot rows of class indices ``y``."""
+    Y = np.zeros((y.size, k))
+    Y[np.arange(y.size), y] = 1.0
+    return Y
 
 
 def _softmax_grad_hess(P: np.ndarray, u: np.ndarray, second: np.ndarray,
@@ -131,17 +131,22 @@ def matrix_grad_hess(Z: np.ndarray, y: np.ndarray, w: np.ndarray | None,
     ``H_a[b, d] = d^2 F / dC[a, b] dC[a, d]``.
     """
     P = softmax(Z)
-    total = float(y.size if w is None else w.sum())
-    value, G, H = derivatives(soft_matrix(P, y, w))
+    n, k = P.shape
+    Y = one_hot(y, k)
+    total = float(n if w is None else w.sum())
+    wY = Y if w is None else Y * w[:, None]
+    value, G, H = derivatives(wY.T @ P)
     scale = sign * total
-    u = scale * G[y]
-    second = np.empty_like(P)
-    for a in range(P.shape[1]):  # rows of one true class share H_a
-        rows = y == a
-        Pa = P[rows]
-        HP = Pa @ H[a]
-        quad = np.diagonal(H[a])[None, :] - 2.0 * HP + (HP * Pa).sum(axis=1, keepdims=True)
-        second[rows] = scale * quad * Pa * Pa
+    # Row i reads block y_i: one-hot matrix products (BLAS) rather than gathers per class.
+    u = Y @ (scale * G)
+    quad = Y @ np.einsum("abb->ab", H)  # H_{y_i}[k, k]
+    # (P_i H_a)[k] for every a in one product, then block a = y_i of each row
+    HP = (P @ H.transpose(1, 0, 2).reshape(k, k * k)).reshape(n, k, k)[np.arange(n), y]
+    quad -= 2.0 * HP
+    quad += (HP * P).sum(axis=1, keepdims=True)
+    second = quad * P
+    second *= P
+    second *= scale
     if w is not None:
         u *= w[:, None]
         second *= (w * w)[:, None]
@@ -170,8 +175,7 @@ def ovr_grad_hess(Z: np.ndarray, y: np.ndarray, w: np.ndarray | None, curvature:
     """
     P = softmax(Z)
     n, k = P.shape
-    Y = np.zeros_like(P)
-    Y[np.arange(n), y] = 1.0
+    Y = one_hot(y, k)
     total = float(n if w is None else w.sum())
     value, g1, g0, h1, h0 = (np.asarray(v, dtype=np.float64) for v in curvature(*ovr_counts(P, Y, w)))
     scale = sign * total / k
