@@ -53,12 +53,42 @@ ROUNDS = (25, 50, 100, 200)
 QUICK_ROUNDS = (3, 6)
 
 
-def metric_fns() -> dict[str, Callable[..., float]]:
-    from sklearn.metrics import cohen_kappa_score, f1_score, matthews_corrcoef
+def _f1(tp: Any, fp: Any, fn: Any, tn: Any) -> Any:
+    d = 2 * tp + fp + fn
+    return np.where(d > 0, 2 * tp / np.maximum(d, 1e-300), 0.0)
 
-    return {"f1": lambda y, p: float(f1_score(y, p, zero_division=0)),
-            "mcc": lambda y, p: float(matthews_corrcoef(y, p)),
-            "qwk": lambda y, p: float(cohen_kappa_score(y, p, weights="quadratic"))}
+
+def _mcc(tp: Any, fp: Any, fn: Any, tn: Any) -> Any:
+    d = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return np.where(d > 0, (tp * tn - fp * fn) / np.maximum(d, 1e-300), 0.0)  # sklearn: 0
+
+
+COUNT_METRICS = {"f1": _f1, "mcc": _mcc}
+
+
+def _counts(y: np.ndarray, pred: np.ndarray) -> tuple[float, ...]:
+    tp = float((pred * y).sum())
+    fp = float((pred * (1 - y)).sum())
+    fn = float(((1 - pred) * y).sum())
+    return tp, fp, fn, len(y) - tp - fp - fn
+
+
+def qwk(y: np.ndarray, pred: np.ndarray, k: int = 5) -> float:
+    """Quadratic weighted kappa (scikit-learn's ``cohen_kappa_score(weights="quadratic")``)."""
+    C = np.bincount(y * k + np.clip(pred, 0, k - 1), minlength=k * k).reshape(k, k).astype(float)
+    i = np.arange(k)
+    W = (i[:, None] - i[None, :]) ** 2.0
+    expected = np.outer(C.sum(1), C.sum(0)) / C.sum()
+    return float(1 - (W * C).sum() / (W * expected).sum())
+
+
+def metric_fns() -> dict[str, Callable[..., float]]:
+    """F1, MCC (0 where undefined, as scikit-learn) and QWK of hard labels, in NumPy."""
+    out: dict[str, Callable[..., float]] = {
+        name: (lambda y, p, f=f: float(f(*_counts(np.asarray(y), np.asarray(p)))))
+        for name, f in COUNT_METRICS.items()}
+    out["qwk"] = lambda y, p: qwk(np.asarray(y), np.asarray(p))
+    return out
 
 
 class Library:
@@ -94,12 +124,18 @@ class Library:
         return lambda Xt, r: lbooster.predict(Xt, num_iteration=r, raw_score=True)
 
 
-def best_threshold(score: Callable[..., float], y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
-    """The validation-best threshold on probabilities ``p`` and its value."""
-    best = (-np.inf, 0.5)
-    for t in np.unique(p):
-        best = max(best, (score(y, (p >= t).astype(int)), float(t)))
-    return best[1], best[0]
+def best_threshold(metric: str, y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
+    """The validation-best threshold on scores ``p`` (every distinct score tried, all at once
+    from cumulative counts) and its value."""
+    order = np.argsort(-p, kind="stable")
+    ps, ys = p[order], y[order].astype(float)
+    last = np.r_[ps[1:] != ps[:-1], True]  # the end of each run of equal scores
+    tp = np.cumsum(ys)[last]
+    fp = np.cumsum(1 - ys)[last]
+    pos = ys.sum()
+    values = COUNT_METRICS[metric](tp, fp, pos - tp, len(y) - pos - fp)
+    i = int(np.argmax(values))
+    return float(ps[last][i]), float(values[i])
 
 
 def binary_runs(lib: Library, X: np.ndarray, y: np.ndarray, split: tuple[Any, ...],
@@ -122,8 +158,7 @@ def binary_runs(lib: Library, X: np.ndarray, y: np.ndarray, split: tuple[Any, ..
             for r in rounds:
                 z = model(X[val], r)
                 if method == "logloss+thr":
-                    t, v = best_threshold(score, y[val], 1 / (1 + np.exp(-z)))
-                    t = float(np.log(t / (1 - t))) if 0 < t < 1 else (-np.inf if t <= 0 else np.inf)
+                    t, v = best_threshold(metric, y[val], z)  # on margins: same order
                 else:
                     t, v = 0.0, score(y[val], (z >= 0).astype(int))
                 best = max(best, (v, r, t))
@@ -138,8 +173,6 @@ def cut_points(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """Cut points maximising validation QWK (Nelder-Mead from the half-integers)."""
     from scipy.optimize import minimize
 
-    qwk = metric_fns()["qwk"]
-
     def loss(c: np.ndarray) -> float:
         return -qwk(y, np.searchsorted(np.sort(c), pred))
 
@@ -150,7 +183,6 @@ def cut_points(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
 def ordinal_runs(lib: Library, X: np.ndarray, y: np.ndarray, split: tuple[Any, ...],
                  rounds: tuple[int, ...]) -> list[dict[str, Any]]:
     fit, val, test = split
-    qwk = metric_fns()["qwk"]
     k = int(y.max()) + 1
     obj = metricc.boosting.objective(metricc.compile("quadratic_kappa"))
     soft = "multi:softprob" if lib.name == "xgboost" else "multiclass"

@@ -22,21 +22,24 @@ ev = load_script(ROOT / "benchmarks" / "boosting_evidence.py")
 sp = load_script(ROOT / "benchmarks" / "boosting_speed.py")
 
 
-def test_best_threshold_is_the_validation_best_and_cut_points_beat_rounding() -> None:
-    from sklearn.metrics import f1_score
+def test_best_threshold_and_numpy_metrics_match_scikit_learn() -> None:
+    from sklearn.metrics import cohen_kappa_score, f1_score, matthews_corrcoef
 
     rng = np.random.default_rng(0)
     y = (rng.random(80) < 0.3).astype(int)
-    p = np.clip(0.4 * y + rng.normal(0.3, 0.2, 80), 0, 1)
-    t, v = ev.best_threshold(ev.metric_fns()["f1"], y, p)
-    assert v == pytest.approx(f1_score(y, p >= t))
-    assert all(f1_score(y, p >= s) <= v + 1e-12 for s in np.unique(p))
+    p = np.round(np.clip(0.4 * y + rng.normal(0.3, 0.2, 80), 0, 1), 2)  # with ties
+    for name, ref in (("f1", f1_score), ("mcc", matthews_corrcoef)):
+        t, v = ev.best_threshold(name, y, p)
+        assert v == pytest.approx(ref(y, p >= t))
+        assert all(ref(y, p >= s) <= v + 1e-12 for s in np.unique(p))
+        assert ev.metric_fns()[name](y, (p >= 0.5).astype(int)) == pytest.approx(ref(y, p >= 0.5))
     grades = rng.integers(0, 5, 100)
     pred = grades * 0.6 + rng.normal(0, 0.4, 100)  # shrunk toward 0: rounding does badly
     qwk = ev.metric_fns()["qwk"]
+    rounded = np.searchsorted(np.arange(4) + 0.5, pred)
+    assert qwk(grades, rounded) == pytest.approx(cohen_kappa_score(grades, rounded, weights="quadratic"))
     cuts = ev.cut_points(grades, pred)
-    assert qwk(grades, np.searchsorted(cuts, pred)) >= qwk(grades, np.searchsorted(
-        np.arange(4) + 0.5, pred))
+    assert qwk(grades, np.searchsorted(cuts, pred)) >= qwk(grades, rounded)
 
 
 def test_quick_evidence_run_writes_a_paired_table(tmp_path: Path) -> None:
