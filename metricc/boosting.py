@@ -89,6 +89,11 @@ class BoostObjective:
         self._sign = -1.0 if metric.higher_is_better else 1.0
         self._derivatives: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The built kernels are local functions: pickles (joblib workers, a pickled
+        # XGBClassifier) carry the metric and options and build them again on first use.
+        return {**self.__dict__, "_derivatives": None}
+
     def __repr__(self) -> str:
         return (f"BoostObjective({self.name!r}, kind={self.kind!r}, hessian={self.hessian!r}, "
                 f"num_classes={self.num_classes})")

@@ -164,6 +164,19 @@ def test_bad_input_is_a_metric_error(make, args, match):
         make().grad_hess(*args)
 
 
+def test_objective_pickles_with_the_estimators_that_hold_it():
+    import pickle
+
+    obj = objective(QWK)
+    Z = np.random.default_rng(4).normal(0, 1, (12, 3))
+    y = np.arange(12) % 3
+    want = obj.grad_hess(Z, y)  # kernels built
+    again = pickle.loads(pickle.dumps(obj.sklearn))  # a bound method, as estimators hold it
+    for a, b in zip(again(y, Z), want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert "quadratic_kappa" in repr(again.__self__)
+
+
 def test_bad_options_are_metric_errors():
     with pytest.raises(MetricError, match="hessian"):
         objective(F1, hessian="newton")
