@@ -95,6 +95,12 @@ def test_verify_checks_gradient_and_hessian(metric, kwargs):
     assert "finite differences" in names
 
 
+def test_kinks_of_abs_and_min_have_a_zero_second_derivative_there_and_verify_elsewhere():
+    # d/dx sign(x) is DiracDelta: 0 off the kink, which random margins never hit
+    for text in ("1 - abs(FP - FN)/(TP + FP + FN)", "min(TP/(TP + FP), TP/(TP + FN))"):
+        assert objective(metricc.compile(text)).verify(rows=10).ok
+
+
 def test_verify_catches_a_wrong_hessian():
     obj = objective(F1)
     right = obj._run

@@ -78,7 +78,9 @@ def emit_curvature_kernel(expr: sympy.Expr) -> str:
     backward coefficients ``g1, g0`` (as :func:`emit_kernels`) and their derivatives along
     the same moves, ``h1 = d g1/d TP - d g1/d FN`` and ``h0 = d g0/d FP - d g0/d TN``
     (the second derivative of the metric as one positive's, or one negative's, soft
-    prediction moves): SymPy's exact second derivatives of the guarded metric.
+    prediction moves): SymPy's exact second derivatives of the guarded metric. At the kinks
+    of ``abs``/``min``/``max`` the first derivative jumps; its derivative there
+    (``DiracDelta``) is taken as 0, the second derivative everywhere else.
 
     >>> print(emit_curvature_kernel(sympy.sympify("TP/(TP+FP)")).splitlines()[0])
     def metric_curvature(TP, FP, FN, TN, eps):
@@ -86,8 +88,8 @@ def emit_curvature_kernel(expr: sympy.Expr) -> str:
     guarded = guard(rename(expr, TO_NONNEGATIVE), EPS)
     g1, g0 = backward_coefficients(guarded, TO_NONNEGATIVE)
     tp, fp, fn, tn = (TO_NONNEGATIVE[s] for s in COUNTS.values())
-    h1 = derivative(g1, tp) - derivative(g1, fn)
-    h0 = derivative(g0, fp) - derivative(g0, tn)
+    h1, h0 = ((derivative(g, a) - derivative(g, b)).replace(sympy.DiracDelta, lambda *_: sympy.S.Zero)
+              for g, a, b in ((g1, tp, fn), (g0, fp, tn)))
     outputs = [(n, rename(e, FROM_NONNEGATIVE))
                for n, e in (("value", guarded), ("g1", g1), ("g0", g0), ("h1", h1), ("h0", h0))]
     return _function(CURVATURE_KERNEL, "The guarded metric, g1, g0 and their derivatives h1, h0.",
