@@ -6,6 +6,8 @@
 -2*TP/(FN + FP + 2*TP)**2
 """
 
+from . import boosting
+from .boosting import BoostObjective
 from .decisions import best_threshold
 from .errors import (
     MetricError,
@@ -21,6 +23,7 @@ from .metric import CountsMetric, Metric, compile
 
 __all__ = [
     "METRICS",
+    "BoostObjective",
     "CountsMetric",
     "Metric",
     "MetricError",
@@ -32,6 +35,7 @@ __all__ = [
     "UnknownNameError",
     "VerificationError",
     "best_threshold",
+    "boosting",
     "compile",
 ]
 __version__ = "0.2.0"

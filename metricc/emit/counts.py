@@ -12,12 +12,14 @@ from __future__ import annotations
 import sympy
 
 from ..analysis.counts import backward_coefficients, guard
-from ..analysis.size import rename
+from ..analysis.size import derivative, rename
 from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
 from .printer import MetricPrinter, check_emittable, shared_subexpressions
 
 KERNEL_NAMES = ("metric_value", "metric_and_coefficients")
+#: The kernel of second derivatives a boosting objective's Hessian reads (:mod:`metricc.boosting`).
+CURVATURE_KERNEL = "metric_curvature"
 _ALLOWED_NAMES = {*COUNTS, "eps"}
 
 
@@ -69,3 +71,26 @@ def emit_kernels(expr: sympy.Expr) -> str:
     return value + "\n\n" + both
 
 
+
+
+def emit_curvature_kernel(expr: sympy.Expr) -> str:
+    """Torch source of ``metric_curvature(TP, FP, FN, TN, eps)``: the guarded metric, its
+    backward coefficients ``g1, g0`` (as :func:`emit_kernels`) and their derivatives along
+    the same moves, ``h1 = d g1/d TP - d g1/d FN`` and ``h0 = d g0/d FP - d g0/d TN``
+    (the second derivative of the metric as one positive's, or one negative's, soft
+    prediction moves): SymPy's exact second derivatives of the guarded metric. At the kinks
+    of ``abs``/``min``/``max`` the first derivative jumps; its derivative there
+    (``DiracDelta``) is taken as 0, the second derivative everywhere else.
+
+    >>> print(emit_curvature_kernel(sympy.sympify("TP/(TP+FP)")).splitlines()[0])
+    def metric_curvature(TP, FP, FN, TN, eps):
+    """
+    guarded = guard(rename(expr, TO_NONNEGATIVE), EPS)
+    g1, g0 = backward_coefficients(guarded, TO_NONNEGATIVE)
+    tp, fp, fn, tn = (TO_NONNEGATIVE[s] for s in COUNTS.values())
+    h1, h0 = ((derivative(g, a) - derivative(g, b)).replace(sympy.DiracDelta, lambda *_: sympy.S.Zero)
+              for g, a, b in ((g1, tp, fn), (g0, fp, tn)))
+    outputs = [(n, rename(e, FROM_NONNEGATIVE))
+               for n, e in (("value", guarded), ("g1", g1), ("g0", g0), ("h1", h1), ("h0", h0))]
+    return _function(CURVATURE_KERNEL, "The guarded metric, g1, g0 and their derivatives h1, h0.",
+                     outputs)

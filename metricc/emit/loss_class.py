@@ -16,7 +16,7 @@ from .counts import emit_kernels
 from .curve import emit_curve_kernels
 from .matrix import emit_matrix_kernels
 
-__all__ = ["KERNEL_EMITTERS", "build_loss_class", "loss_class_name", "loss_parameters",
+__all__ = ["KERNEL_EMITTERS", "build_kernel", "build_loss_class", "loss_class_name", "loss_parameters",
            "own_copy", "rebuild_loss", "rebuild_loss_class", "reduce_loss", "remember_source"]
 
 #: The kernel writer of each statistic: ``(expr, matrix parameter names) -> source``.
@@ -149,3 +149,16 @@ def own_copy(fn: Any, qualname: str) -> Any:
     copy.__doc__ = fn.__doc__
     copy.__qualname__ = qualname
     return copy
+
+
+def build_kernel(source: str, name: str) -> Any:
+    """The function ``name`` of ``source``, which must come from this package's emitters
+    (e.g. :func:`metricc.emit.counts.emit_curvature_kernel`): executed with ``torch`` alone
+    in its namespace, as :func:`build_loss_class` executes kernels."""
+    import torch
+
+    filename = remember_source(f"<metricc kernel {abs(hash(source)):x}>", source)
+    namespace: dict[str, Any] = {"torch": torch}
+    # The source is generated from validated SymPy trees only (metricc.emit).
+    exec(builtins.compile(source, filename, "exec"), namespace)
+    return namespace[name]
