@@ -219,7 +219,10 @@ class ConstrainedLoss(ConstraintState):
 
     The counts behind ``g`` and every ``h_k`` are the same, pooled once by the
     objective's ``sync_dist``/``memory_decay``; the hard counts are pooled the
-    same way, so every rank takes the same multiplier step.
+    same way, so every rank takes the same multiplier step. The memory follows the
+    multipliers' rule: updated in a training step only, read under ``no_grad``. Under
+    activation checkpointing both step once per step (with ``use_reentrant=True`` in the
+    recomputation, the first forward running under ``no_grad``).
     ``multipliers`` and ``constraint_values`` (the last values seen, the ones
     the step used) are buffers; ``multipliers`` is in ``state_dict``.
     :meth:`log_dict` gives both by constraint label, for a logger.

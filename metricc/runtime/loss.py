@@ -58,6 +58,10 @@ class MetricLoss(torch.nn.Module):
     ``validate_args`` checks the data for NaN/inf, out-of-range values and class
     indices (one min/max pass; skipped while ``torch.compile`` traces). Half and
     bfloat16 inputs give a float32 loss; counts are summed in float64.
+    ``sync_dist`` sums the counts over ranks; ``memory_decay`` adds a decayed memory of
+    past batches' counts, used in training mode and updated only in a training step
+    (gradients enabled): under ``no_grad`` or ``inference_mode`` it is read, not written
+    (``docs/distributed.md``).
     """
 
     formula: ClassVar[str] = ""

@@ -196,7 +196,9 @@ class MatrixLoss(torch.nn.Module):
     ``"samplewise"`` one per sample, combined by ``reduction``. ``sync_dist``
     sums the matrix over the ranks of ``process_group`` (the exact global-batch
     metric under DDP), ``memory_decay`` adds a decayed memory of past batches'
-    matrices (``docs/distributed.md``). ``backward="symbolic"`` runs the
+    matrices, used in training mode and updated only in a training step (gradients
+    enabled; read, not written, under ``no_grad`` or ``inference_mode``;
+    ``docs/distributed.md``). ``backward="symbolic"`` runs the
     generated gradient ``d f / d C``; ``"autograd"`` differentiates the forward.
     ``eps`` guards denominators, roots and logs.
     """
