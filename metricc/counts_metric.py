@@ -122,7 +122,8 @@ class CountsMetric(CountsScoring, ConstraintMethods, Metric):
         ``classes``, ``class_weights`` (see docs/modes.md);
         ``sync_dist``/``process_group`` (sum the counts over ranks: the exact global-batch
         metric under DDP) and ``memory_decay`` (add a decayed memory of past batches'
-        counts); see docs/distributed.md. ``soft_label`` (count the overlap
+        counts, updated only in a training step: read, not written, under ``no_grad``
+        or ``inference_mode``); see docs/distributed.md. ``soft_label`` (count the overlap
         ``min(a, y)``: the optimum is ``input == target`` for soft targets) and the
         module's ``weight=`` argument (a per-element weight map):
         see docs/weights-and-soft-labels.md.

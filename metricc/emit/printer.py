@@ -105,7 +105,7 @@ class MetricPrinter(TorchPrinter):
             out = f"{fold}({out}, {o})"
         if numbers:
             bound = max(numbers) if fold == "torch.maximum" else min(numbers)
-            out = f"torch.clamp({out}, {clamp}={float(bound)!r})"
+            out = _clamped(out, clamp, bound)
         return out
 
     def _print_Max(self, expr: sympy.Max) -> str:
@@ -123,6 +123,23 @@ class MetricPrinter(TorchPrinter):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
             raise MetricError(f"internal: refusing to emit symbol {name!r}")
         return name
+
+
+def _clamped(out: str, clamp: str, bound: sympy.Expr) -> str:
+    """``torch.clamp(out, clamp=bound)``, or ``out`` where the bound is past float's range on
+    the side that never binds (``min(j, exp(3e39))`` is ``j`` for every float ``j``); a bound
+    past the range on the other side is the overflowing constant itself, refused."""
+    try:
+        value = float(bound)
+    except OverflowError:  # an Integer or Rational past float's range
+        value = math.copysign(math.inf, float(sympy.sign(bound)))
+    if math.isinf(value) and (value > 0) == (clamp == "max"):
+        return out  # min(x, +inf) = x, max(x, -inf) = x
+    if not math.isfinite(value):
+        raise MetricError(f"cannot generate code: the constant {bound!s} overflows a float, and "
+                          f"{'max' if clamp == 'min' else 'min'}() with it is that constant; "
+                          "scale the formula's constants below 1.8e308")
+    return f"torch.clamp({out}, {clamp}={value!r})"
 
 
 def check_emittable(exprs: list[sympy.Expr], allowed: set[str],
@@ -170,10 +187,10 @@ def _float_literal(expr: sympy.Expr) -> str:
     try:
         value = complex(expr)
     except (TypeError, ValueError, OverflowError):
-        raise MetricError(f"cannot generate code: the constant {expr} is not a number") from None
+        raise MetricError(f"cannot generate code: the constant {expr!s} is not a number") from None
     if value.imag != 0:
-        raise MetricError(f"cannot generate code: the formula is complex-valued ({expr})")
+        raise MetricError(f"cannot generate code: the formula is complex-valued ({expr!s})")
     if not math.isfinite(value.real):
-        raise MetricError(f"cannot generate code: the constant {expr} overflows a float")
+        raise MetricError(f"cannot generate code: the constant {expr!s} overflows a float")
     return repr(value.real)
 

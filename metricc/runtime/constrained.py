@@ -37,7 +37,7 @@ from .counts import (
     to_input_dtype,
     wide_dtype,
 )
-from .distributed import CountPool, recomputing
+from .distributed import CountPool, recomputing, updates_state
 from .loss import MetricLoss
 from .modes import class_rows, validate_inputs
 from .options import check_number, look_up_option
@@ -154,7 +154,7 @@ class _ConstrainedFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, lam: Tensor, terms: _Terms,
-                pool: CountPool | None) -> tuple[Tensor, Tensor]:
+                pool: CountPool | None, update: bool) -> tuple[Tensor, Tensor]:
         in_dtype = s.dtype
         work = wide_dtype(in_dtype)
         if work != in_dtype:
@@ -178,7 +178,7 @@ class _ConstrainedFunction(torch.autograd.Function):
         else:
             counts = masked_counts(a, y, w, overwrite=a is not s)
         if pool is not None:
-            counts = pool(counts)
+            counts = pool(counts, update=update)
         loss, c1, c0 = _lagrangian(terms, counts, lam, coefficients=True)
         ctx.save_for_backward(y, w, d, c1, c0)
         pooled = torch.stack(counts, -1)
@@ -188,7 +188,7 @@ class _ConstrainedFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _counts_grad: Tensor) -> tuple[Tensor | None, ...]:
         if ctx.host is not None:
-            return host_gradient(ctx, grad), None, None, None, None, None
+            return host_gradient(ctx, grad), None, None, None, None, None, None
         y, w, d, c1, c0 = ctx.saved_tensors
         if ctx.pool is not None:
             grad = ctx.pool.sum_grad(grad)
@@ -200,7 +200,7 @@ class _ConstrainedFunction(torch.autograd.Function):
             grad_s = grad_s.mul_(w)
         if d is not None:
             grad_s = grad_s.mul_(d)
-        return to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None
+        return to_input_dtype(grad_s, ctx.in_dtype), None, None, None, None, None, None
 
 
 class ConstrainedLoss(ConstraintState):
@@ -219,7 +219,10 @@ class ConstrainedLoss(ConstraintState):
 
     The counts behind ``g`` and every ``h_k`` are the same, pooled once by the
     objective's ``sync_dist``/``memory_decay``; the hard counts are pooled the
-    same way, so every rank takes the same multiplier step.
+    same way, so every rank takes the same multiplier step. The memory follows the
+    multipliers' rule: updated in a training step only, read under ``no_grad``. Under
+    activation checkpointing both step once per step (with ``use_reentrant=True`` in the
+    recomputation, the first forward running under ``no_grad``).
     ``multipliers`` and ``constraint_values`` (the last values seen, the ones
     the step used) are buffers; ``multipliers`` is in ``state_dict``.
     :meth:`log_dict` gives both by constraint label, for a logger.
@@ -311,29 +314,32 @@ class ConstrainedLoss(ConstraintState):
         obj = self.objective
         # Activation checkpointing runs this forward again inside the backward: that
         # recomputation must see the multipliers the step saw, and must not step again.
+        # (use_reentrant=True runs the first forward under no_grad, which does not step and
+        # clears stepped_from: its recomputation is then the step.)
         again = (not torch.compiler.is_compiling() and recomputing()
                  and self.stepped_from is not None)
+        update = updates_state(self)  # a training step: decided before the no_grad parts
         lam = self.stepped_from if again else self._lam(s.shape[0])
         terms = _Terms(type(obj), self.constraints, self.penalty, obj.count_relax,
                        obj.from_logits, obj.eps)
         if obj.backward_mode == "symbolic":
-            loss, pooled = _ConstrainedFunction.apply(s, y, w, lam, terms, obj.pool)
+            loss, pooled = _ConstrainedFunction.apply(s, y, w, lam, terms, obj.pool, update)
         else:
             work = wide_dtype(s.dtype)
             a = obj.count_relax.value(s.to(work), obj.from_logits, sigmoid=stable_sigmoid)
             counts = soft_counts(a, y.to(work), None if w is None else w.to(work))
             if obj.pool is not None:
-                counts = obj.pool(counts, differentiable=True)
+                counts = obj.pool(counts, differentiable=True, update=update)
             loss = _lagrangian(terms, counts, lam, coefficients=False)[0].to(work)
             pooled = torch.stack(counts, -1).detach()
         if again:
             return loss
         with torch.no_grad():
             if self.multiplier_rates == "hard":
-                pooled = self._hard_counts(s, y, w)
+                pooled = self._hard_counts(s, y, w, update)
             values = self._constraint_values(pooled)
         assert lam is not None  # not `again`: lam is self._lam(...), a tensor
-        self._step(values, lam)
+        self._step(values, lam, update)
         return loss
 
     def _constraint_values(self, pooled: Tensor) -> Tensor:
@@ -352,23 +358,25 @@ class ConstrainedLoss(ConstraintState):
         return torch.stack([_kernel(c.kernels, tuple(pooled.unbind(-1)), 0.0, False, False)[0]
                             for c in self.constraints], -1)
 
-    def _hard_counts(self, s: Tensor, y: Tensor, w: Tensor | None) -> Tensor:
-        """The pooled ``(R, 4)`` counts of the hard predictions."""
+    def _hard_counts(self, s: Tensor, y: Tensor, w: Tensor | None, update: bool) -> Tensor:
+        """The pooled ``(R, 4)`` counts of the hard predictions (remembered in a training
+        step, ``update``)."""
         work = wide_dtype(s.dtype)  # called under no_grad (row_losses)
         hard = (s >= (0.0 if self.objective.from_logits else 0.5)).to(work)
         counts = masked_counts(hard, y.to(work), None if w is None else w.to(work),
                                overwrite=True)
         if self.hard_pool is not None:
-            counts = self.hard_pool(counts)
+            counts = self.hard_pool(counts, update=update)
         return torch.stack(counts, -1)
 
-    def _step(self, values: Tensor, lam: Tensor) -> None:
+    def _step(self, values: Tensor, lam: Tensor, training_step: bool) -> None:
         """Record the values; in a training step, one projected ascent step on the multipliers."""
-        training_step = self.training and torch.is_grad_enabled()
         with torch.no_grad():
             shape = self.multipliers.shape
             self.constraint_values.copy_(values.reshape(shape))
             if not training_step:
+                if self.training:
+                    self.stepped_from = None  # see row_losses: a recomputation now steps
                 return
             self.stepped_from = lam
             sense = torch.tensor([_sense(c.op) for c in self.constraints], dtype=torch.float64,

@@ -373,9 +373,9 @@ class CurvePool(CountPool):
     [3.0, 3.0]
     """
 
-    def forward(self, curve: tuple[Tensor, ...], differentiable: bool = True  # type: ignore[override]
-                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        (c,) = super().forward((_pack_curve(curve),), differentiable)
+    def forward(self, curve: tuple[Tensor, ...], differentiable: bool = True,  # type: ignore[override]
+                update: bool | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        (c,) = super().forward((_pack_curve(curve),), differentiable, update)
         return _unpack_curve(c)
 
 

@@ -104,7 +104,9 @@ class CurveLoss(torch.nn.Module):
     The relaxation (``"histogram"``, or a :class:`CurveRelaxation`) has ``bins`` (256),
     ``width`` (1), ``space`` (``"probability"``) and ``clip`` (8); ``tau`` and ``tau_gate``
     are :class:`SmoothMax`'s. ``sync_dist`` sums the curve over ranks, ``memory_decay`` adds
-    a decayed memory of past batches' curves (``docs/distributed.md``).
+    a decayed memory of past batches' curves, used in training mode and updated only in a
+    training step (gradients enabled; read, not written, under ``no_grad`` or
+    ``inference_mode``; ``docs/distributed.md``).
     """
 
     formula: ClassVar[str] = ""

@@ -70,9 +70,14 @@ def same_shape_on_every_rank(t: Tensor, process_group: Any, world: int) -> None:
 
 
 def _all_reduce_sum(t: Tensor, process_group: Any) -> Tensor:
-    total = t.clone(memory_format=torch.contiguous_format)
+    """``t`` summed over ranks, exchanged in float64 whatever ``t``'s dtype: ranks whose
+    inputs differ in dtype (float32 on one, float64 on another) form sums and gradients of
+    different dtypes, and an all-reduce of unequal dtypes aborts the process inside gloo
+    (SIGABRT). The counts are float64 already; a float32 curve or gradient costs a cast of
+    its few numbers."""
+    total = t.to(torch.float64, memory_format=torch.contiguous_format, copy=True)
     dist.all_reduce(total, group=process_group)
-    return total
+    return total.to(t.dtype)
 
 
 class _AllReduceSum(torch.autograd.Function):
@@ -92,6 +97,16 @@ class _AllReduceSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return _all_reduce_sum(grad, ctx.process_group), None
+
+
+def updates_state(module: torch.nn.Module) -> bool:
+    """True when a forward of ``module`` is a training step, the one kind of call that may
+    update a loss's state (the ``memory_decay`` memory, a constrained loss's multipliers):
+    ``module`` in training mode with gradients enabled. Under ``torch.no_grad()`` or
+    ``torch.inference_mode()`` (validation, also of a model whose loss stays in training
+    mode because it is no submodule) the state is read and left alone. Decide it before an
+    autograd Function's forward, which always runs with gradients disabled."""
+    return module.training and torch.is_grad_enabled()
 
 
 def recomputing() -> bool:
@@ -126,8 +141,9 @@ class CountPool(torch.nn.Module):
     evaluated at ``C_t = sum_ranks c_t + decay * M_{t-1}`` and the memory becomes
     ``M_t = C_t.detach()``. So ``C_t`` holds this batch's counts (through which
     gradients flow) plus ``sum_{k<t} decay^(t-k) * (global counts of batch k)``,
-    detached. The memory is used and updated only in training mode, and only read
-    under ``torch.inference_mode()``; ``reset()`` (``MetricLoss.reset_memory()``) empties it.
+    detached. The memory is used only in training mode, and updated only in a training
+    step (:func:`updates_state`): under ``torch.no_grad()`` or ``torch.inference_mode()`` it
+    is read and left alone. ``reset()`` (``MetricLoss.reset_memory()``) empties it.
 
     >>> pool = CountPool(sync_dist=False, process_group=None, memory_decay=1.0)
     >>> counts = tuple(torch.tensor([v], dtype=torch.float64) for v in (1.0, 2.0, 3.0, 4.0))
@@ -138,6 +154,10 @@ class CountPool(torch.nn.Module):
 
     memory: Tensor | None
     memory_before: Tensor | None
+    #: Whether the last eager training-mode call updated the memory: a recomputation
+    #: (activation checkpointing) after one that only read it (``use_reentrant=True`` runs
+    #: the first forward under ``no_grad``) is the step. A class default for old pickles.
+    updated_last: bool = True
 
     def __init__(self, sync_dist: bool, process_group: Any, memory_decay: float | None) -> None:
         super().__init__()
@@ -167,29 +187,43 @@ class CountPool(torch.nn.Module):
         self.memory = None
         self.memory_before = None
 
-    def forward(self, counts: tuple[Tensor, ...], differentiable: bool = False
-                ) -> tuple[Tensor, ...]:
-        """The pooled ``(TP, FP, FN, TN)``, each of shape ``(R,)`` like the input's."""
+    def prepare(self, shape: tuple[int, ...], device: torch.device) -> None:
+        """Allocate the (float64) memory of counts of ``shape`` now, where the loss calls the
+        pool inside an autograd Function: torch.compile traces that Function as a subgraph,
+        which cannot make a new buffer (``InternalTorchDynamoError``), only fill one."""
+        if self.memory_decay is not None and self.memory is None and updates_state(self):
+            self.memory = torch.zeros(shape, dtype=torch.float64, device=device)
+            self.memory_before = torch.zeros_like(self.memory)
+
+    def forward(self, counts: tuple[Tensor, ...], differentiable: bool = False,
+                update: bool | None = None) -> tuple[Tensor, ...]:
+        """The pooled ``(TP, FP, FN, TN)``, each of shape ``(R,)`` like the input's.
+
+        ``update``: whether this call is a training step that adds the batch to the memory;
+        ``None`` decides by :func:`updates_state` here (an autograd Function, whose forward
+        runs without gradients, passes what its caller decided)."""
         c = torch.stack(counts, -1)
         if self.sync_dist:
             c = sync_counts(c, self.process_group, differentiable=differentiable)
         if self.memory_decay is None or not self.training:
             return c.unbind(-1)
+        if update is None:
+            update = updates_state(self)
         if not torch.compiler.is_compiling():
-            # Data-independent mode checks, eager only: torch.compile traces neither
-            # (is_inference_mode_enabled is a graph break), and a traced step is a
-            # training step (a compiled function under inference_mode is recompiled).
-            if torch.is_inference_mode_enabled():
-                # An evaluation pass under torch.inference_mode() (still in train mode)
-                # reads the memory but leaves it alone: a buffer made there is an
-                # inference tensor, which the next training step could not update in place.
-                return self._plus(c, self.memory).unbind(-1)
-            if recomputing():
+            # Eager only: torch.compile traces no recomputation, and guards on grad mode.
+            if recomputing() and self.updated_last:
                 # Activation checkpointing runs the forward again inside the backward: it
                 # must see the memory the first run saw, and not add this batch twice.
+                # (After a first run that only read, under use_reentrant=True, it is the step.)
                 return self._plus(c, self.memory_before).unbind(-1)
-            if self.memory is not None and self.memory.is_inference():
-                self.memory = self.memory.clone()  # made under inference mode elsewhere
+            self.updated_last = update
+        if not update:
+            # Validation (no_grad, inference_mode) reads the memory and leaves it alone;
+            # a buffer made under inference_mode could not be updated in place later.
+            return self._plus(c, self.memory).unbind(-1)
+        if not torch.compiler.is_compiling() and self.memory is not None \
+                and self.memory.is_inference():
+            self.memory = self.memory.clone()  # made under inference mode elsewhere
         if self.memory is None or self.memory.dtype != c.dtype:
             # float64 like the counts, also after module.half(): large sums lose
             # precision (and overflow at 65504) in half precision.

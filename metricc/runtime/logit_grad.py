@@ -38,7 +38,7 @@ from .counts import (
     to_input_dtype,
     wide_dtype,
 )
-from .distributed import CountPool
+from .distributed import CountPool, updates_state
 from .modes import ClassRows
 
 
@@ -51,7 +51,7 @@ def softmax_index_function(cls: Any) -> Any:
         @staticmethod
         def forward(ctx: Any, x: Tensor, y: Tensor, hit: Tensor, temperature: float,
                     eps: float, pool: CountPool | None, weights: Tensor | None,
-                    average: str) -> Tensor:
+                    average: str, update: bool) -> Tensor:
             # ``hit`` (C,) bool: the class is some element's hard prediction (presence).
             in_dtype = x.dtype
             x = x.to(wide_dtype(in_dtype))
@@ -60,7 +60,7 @@ def softmax_index_function(cls: Any) -> Any:
             support = counts[0] + counts[2]
             present = (support > 0) | hit
             loss, c1, c0 = _averaged(cls, counts, support, present, pool, weights, average,
-                                     eps, sign / temperature, a.dtype)
+                                     eps, sign / temperature, a.dtype, update)
             # d loss / d a = g: c1_c at an element's own class c, c0_c at the others; then
             # the softmax's vector-Jacobian product a (g - sum_c a_c g_c).
             # The sum is written as sum_c a_c c0_c + sum_c [y = c] a_c (c1_c - c0_c), not from
@@ -79,7 +79,7 @@ def softmax_index_function(cls: Any) -> Any:
             if ctx.pool is not None:
                 # Every rank's loss depends on this rank's counts through the all-reduce.
                 grad = ctx.pool.sum_grad(grad)
-            return (to_input_dtype(gx * grad.to(gx.dtype), ctx.in_dtype), *(None,) * 7)
+            return (to_input_dtype(gx * grad.to(gx.dtype), ctx.in_dtype), *(None,) * 8)
 
     SoftmaxIndexMetric.__name__ = SoftmaxIndexMetric.__qualname__ = f"{cls.__name__}Softmax"
     return SoftmaxIndexMetric
@@ -87,14 +87,14 @@ def softmax_index_function(cls: Any) -> Any:
 
 def _averaged(cls: Any, counts: tuple[Tensor, ...], support: Tensor, present: Tensor,
               pool: CountPool | None, weights: Tensor | None, average: str, eps: float,
-              scale: float, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+              scale: float, dtype: torch.dtype, update: bool) -> tuple[Tensor, Tensor, Tensor]:
     """The class-averaged loss and each class's ``d loss / d a`` at an element of that
     class (``c1``) and of another (``c0``), both ``(C, 1)`` in ``dtype``; ``scale`` is
-    ``sign / temperature``."""
+    ``sign / temperature``; ``update`` whether the pool's memory takes this batch."""
     if pool is not None:
         # Global (and remembered) counts give the coefficients; every rank averages the
         # same classes with the same weights (as MetricLoss does).
-        counts = pool(counts)
+        counts = pool(counts, update=update)
         support = pool.across_ranks(support)
         present = pool.across_ranks(present) > 0
     value, g1, g0 = (as_count_rows(v, counts[0]) for v in cls.metric_and_coefficients(*counts, eps))
@@ -120,7 +120,8 @@ def softmax_eager_function(cls: Any) -> Any:
     class SoftmaxIndexEager(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, x: Tensor, r: ClassRows, temperature: float, eps: float,
-                    pool: CountPool | None, weights: Tensor | None, average: str) -> Tensor:
+                    pool: CountPool | None, weights: Tensor | None, average: str,
+                    update: bool) -> Tensor:
             a, y = r.s.detach().to(wide_dtype(x.dtype)), r.y  # softmax(x / T), int64 indices
             rows = own_rows(y)
             own = gather_own(a, rows)
@@ -130,7 +131,7 @@ def softmax_eager_function(cls: Any) -> Any:
             # the hard predictions of classes without support only (see averages.predicted)
             present = (support > 0) | predicted(r, (support == 0).expand(n, k), None).any(0)
             loss, c1, c0 = _averaged(cls, counts, support, present, pool, weights, average,
-                                     eps, sign / temperature, a.dtype)
+                                     eps, sign / temperature, a.dtype, update)
             ctx.save_for_backward(a, y, rows, own, c1, c0)
             ctx.pool, ctx.in_dtype = pool, x.dtype
             return loss
@@ -154,7 +155,7 @@ def softmax_eager_function(cls: Any) -> Any:
             # a row scatter: scatter_add_(1, y, ...) on (N, C, M) runs 2x slower at large M
             n, m = rows.shape  # explicit sizes: an empty shard (n = 0) has no inferable -1
             gx.view(n, k * m).scatter_add_(1, rows, dcy.view(n, m))
-            return (to_input_dtype(gx, ctx.in_dtype), *(None,) * 6)
+            return (to_input_dtype(gx, ctx.in_dtype), *(None,) * 7)
 
     SoftmaxIndexEager.__name__ = SoftmaxIndexEager.__qualname__ = f"{cls.__name__}SoftmaxEager"
     return SoftmaxIndexEager
@@ -179,7 +180,8 @@ def softmax_index_loss(loss: Any, input: Tensor, r: ClassRows, average: str
         if not host_indices(r.y):
             return None  # eager on a GPU: the general path (its kernels are launch-bound)
         return loss._softmax_eager.apply(input.reshape(r.s.shape), r, temperature, loss.eps,
-                                         loss.pool, r.weights, average)
+                                         loss.pool, r.weights, average, updates_state(loss))
     hit = predicted(r, None, element_weights=None).any(0)
     return loss._softmax_function.apply(input.reshape(r.s.shape), r.y, hit, temperature,
-                                        loss.eps, loss.pool, r.weights, average)
+                                        loss.eps, loss.pool, r.weights, average,
+                                        updates_state(loss))

@@ -17,7 +17,7 @@ from torch import Tensor
 from ..errors import MetricError
 from .averages import average_rows, predicted, reduce_samples
 from .counts import HALF_MAX, as_count_rows, indices_in_range, soft_counts, wide_dtype
-from .distributed import count_pool
+from .distributed import count_pool, updates_state
 from .hints import overflow_message
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .modes import class_rows, validate_inputs
@@ -58,6 +58,10 @@ class MetricLoss(torch.nn.Module):
     ``validate_args`` checks the data for NaN/inf, out-of-range values and class
     indices (one min/max pass; skipped while ``torch.compile`` traces). Half and
     bfloat16 inputs give a float32 loss; counts are summed in float64.
+    ``sync_dist`` sums the counts over ranks; ``memory_decay`` adds a decayed memory of
+    past batches' counts, used in training mode and updated only in a training step
+    (gradients enabled): under ``no_grad`` or ``inference_mode`` it is read, not written
+    (``docs/distributed.md``).
     """
 
     formula: ClassVar[str] = ""
@@ -218,8 +222,9 @@ class MetricLoss(torch.nn.Module):
         batch, before any pooling; float64, detached), which the averages need."""
         fl = self.from_logits if from_logits is None else from_logits
         if self.backward_mode == "symbolic":
+            # Whether a training step, decided here: the Function's forward runs without grad.
             out = self._function.apply(s, y, w, self.count_relax, fl, self.eps, self.pool,
-                                       self.soft_label)
+                                       self.soft_label, updates_state(self))
             return self._finite(out[0]), out[1]
         # Same dtype path as the symbolic backward: float32 at least.
         work = wide_dtype(s.dtype)

@@ -22,7 +22,7 @@ from torch import Tensor
 from ..errors import MetricError
 from .averages import reduce_samples
 from .counts import to_input_dtype, wide_dtype
-from .distributed import CountPool, count_pool
+from .distributed import CountPool, count_pool, updates_state
 from .modes import validate_inputs
 from .options import check_flag, check_integer, check_number, look_up_option
 from .relax import Relaxation, Softmax, bound_relaxation, check_relaxation_options
@@ -153,10 +153,11 @@ def _matrix_function(cls: type[MatrixLoss]) -> Any:
     class SymbolicMatrixMetric(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, q: Tensor, y: Tensor, w: Tensor | None, eps: float,
-                    samplewise: bool, pool: CountPool | None, *params: Tensor) -> Tensor:
+                    samplewise: bool, pool: CountPool | None, update: bool, *params: Tensor
+                    ) -> Tensor:
             C = soft_matrix(q, y, w, samplewise)
             if pool is not None:
-                (C,) = pool((C,))
+                (C,) = pool((C,), update=update)
             value, G = cls.matrix_and_gradient(C, eps, *params)
             ctx.save_for_backward(y, w, G)
             ctx.pool = pool
@@ -176,7 +177,7 @@ def _matrix_function(cls: type[MatrixLoss]) -> Any:
             # d loss / d C per matrix r; d loss / d q[n, j, m] = w G'[r, y[n, m], j].
             Gs = ((grad.to(G.dtype) * sign).view(-1, 1, 1) * G).to(ctx.work_dtype)
             grad_q = matrix_rows(Gs, y, w, ctx.shape)
-            return (to_input_dtype(grad_q, ctx.in_dtype), None, None, None, None, None,
+            return (to_input_dtype(grad_q, ctx.in_dtype), None, None, None, None, None, None,
                     *(None,) * ctx.n_params)
 
     SymbolicMatrixMetric.__name__ = SymbolicMatrixMetric.__qualname__ = f"{cls.__name__}Function"
@@ -195,7 +196,9 @@ class MatrixLoss(torch.nn.Module):
     ``"samplewise"`` one per sample, combined by ``reduction``. ``sync_dist``
     sums the matrix over the ranks of ``process_group`` (the exact global-batch
     metric under DDP), ``memory_decay`` adds a decayed memory of past batches'
-    matrices (``docs/distributed.md``). ``backward="symbolic"`` runs the
+    matrices, used in training mode and updated only in a training step (gradients
+    enabled; read, not written, under ``no_grad`` or ``inference_mode``;
+    ``docs/distributed.md``). ``backward="symbolic"`` runs the
     generated gradient ``d f / d C``; ``"autograd"`` differentiates the forward.
     ``eps`` guards denominators, roots and logs.
     """
@@ -327,8 +330,10 @@ class MatrixLoss(torch.nn.Module):
         samplewise = self.multidim_average == "samplewise"
         try:
             if self.backward_mode == "symbolic":
+                if self.pool is not None:  # the matrix's memory, made outside the Function
+                    self.pool.prepare((1, k, k, 1), q.device)
                 losses = self._function.apply(q, y, w, self.eps, samplewise, self.pool,
-                                              *self._params())
+                                              updates_state(self), *self._params())
             else:
                 C = soft_matrix(q, y, w, samplewise)
                 if self.pool is not None:

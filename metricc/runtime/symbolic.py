@@ -126,7 +126,7 @@ def symbolic_function(cls: Any) -> Any:
         @staticmethod
         def forward(ctx: Any, s: Tensor, y: Tensor, w: Tensor | None, relax: Relaxation,
                     from_logits: bool, eps: float, pool: CountPool | None = None,
-                    soft_label: bool = False) -> tuple[Tensor, Tensor]:
+                    soft_label: bool = False, update: bool = True) -> tuple[Tensor, Tensor]:
             # Half and bfloat16 work in float32 (see backward); the gradient returns
             # in the input's dtype.
             in_dtype = s.dtype
@@ -167,7 +167,7 @@ def symbolic_function(cls: Any) -> Any:
             ctx.mark_non_differentiable(support)
             if pool is not None:
                 # Global (and remembered) counts: g1, g0 below are then the global partials.
-                counts = pool(counts)
+                counts = pool(counts, update=update)
             value, g1, g0 = (as_count_rows(x, counts[0])
                              for x in cls.metric_and_coefficients(*counts, eps))
             # The per-row coefficients, scaled and in the working dtype here, so that the
@@ -187,7 +187,7 @@ def symbolic_function(cls: Any) -> Any:
         def backward(ctx: Any, grad: Tensor, _support_grad: Tensor | None = None
                      ) -> tuple[Tensor | None, ...]:
             if ctx.host is not None:  # one row on the CPU: plain-number coefficients
-                return (host_gradient(ctx, grad), *(None,) * 7)
+                return (host_gradient(ctx, grad), *(None,) * 8)
             y, w, d, coef = ctx.saved_tensors
             if ctx.recompute is not None:  # d holds s (compiled): see the forward
                 relax, from_logits = ctx.recompute
@@ -201,7 +201,7 @@ def symbolic_function(cls: Any) -> Any:
             # 1e5 times a dA/ds of 1e-10 would be inf * 0 = NaN instead of 1e-5.
             c1, c0 = (grad.to(coef.dtype) * coef).unsqueeze(-1).unbind()
             grad_s = count_adjoint(y, w, d, c1, c0)
-            return (to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 7)
+            return (to_input_dtype(grad_s, ctx.in_dtype), *(None,) * 8)
 
     SymbolicMetric.__name__ = SymbolicMetric.__qualname__ = f"{cls.__name__}Function"
     return SymbolicMetric
