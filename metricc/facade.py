@@ -29,7 +29,7 @@ from .analysis.statistics import (
 )
 from .constraints import ConstraintMethods
 from .counts_scoring import CountsScoring
-from .errors import MetricError, MetricWarning, suggest
+from .errors import MetricError, MetricWarning, unknown_loss_option
 from .keywords import check_passed_on
 from .language.limits import check_constants
 from .language.parse import Formula, substitute
@@ -300,8 +300,7 @@ class Metric(CountsScoring, ConstraintMethods):
         allowed = [p.name for p in loss_parameters(self.statistic)]
         for key in options:
             if key not in allowed:
-                raise MetricError(f"unknown loss option {key!r}{suggest(key, allowed)}"
-                                  f"{self._option_hint(key)}; options are {', '.join(allowed)}")
+                raise unknown_loss_option(key, allowed, self._option_hint(key))
         # No relaxation given: the runtime class's own default decides (one rule for the
         # API, the CLI and standalone files).
         module: Loss = self.loss_class(*(() if relaxation is None else (relaxation,)), **options)
