@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .errors import MetricError
 from .evaluate.operating import FeasiblePasses
 from .evaluate.threshold import ThresholdChoice
 from .facade import Metric
@@ -17,7 +18,19 @@ from .facade import Metric
 __all__ = ["BestFeasible", "best_threshold"]
 
 
-def best_threshold(metric: Metric, scores: Any, target: Any, *,
+def _as_metric(metric: Metric | str, what: str) -> Metric:
+    """``metric`` itself, or the formula or metric name ``metric`` compiled (``"f1"``)."""
+    if isinstance(metric, Metric):
+        return metric
+    if isinstance(metric, str):
+        from .metric import compile  # metric imports the facades, as this module does
+
+        return compile(metric)
+    raise MetricError(f"{what} takes a compiled metric (metricc.compile(\"f1\")), a metric name "
+                      f"or a formula, got {type(metric).__name__}")
+
+
+def best_threshold(metric: Metric | str, scores: Any, target: Any, *,
                    zero_division: float | None = None,
                    constraints: Sequence[str] | None = None,
                    confidence: float | None = None) -> ThresholdChoice:
@@ -37,7 +50,8 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     ``metric.score(scores, target, threshold) == value`` exactly.
 
     Binary only: ``scores`` are probabilities or logits (any shape, same as
-    ``target``), ``target`` holds 0 and 1.
+    ``target``), ``target`` holds 0 and 1. ``metric`` is a compiled :class:`Metric`, or a
+    name or formula, compiled with its defaults (``best_threshold("f1", ...)``).
 
     Constraints (``["recall >= 0.9"]``, and those of a metric compiled with
     constraints) restrict the candidates to thresholds whose hard predictions
@@ -66,15 +80,17 @@ def best_threshold(metric: Metric, scores: Any, target: Any, *,
     >>> choice.threshold, round(choice.bounds["recall >= 0.9"], 4)
     (1.0, 0.9261)
     """
-    return metric.best_threshold(scores, target, zero_division=zero_division,
-                                 constraints=constraints, confidence=confidence)
+    return _as_metric(metric, "best_threshold").best_threshold(
+        scores, target, zero_division=zero_division, constraints=constraints,
+        confidence=confidence)
 
 
 class BestFeasible(FeasiblePasses):
     """A validation pass that meets every constraint of ``metric``: the best by the objective
     (``keep="best"``), or the latest (``keep="latest"``).
 
-    ``metric``: a :class:`metricc.Metric` compiled with constraints; the options are those
+    ``metric``: a :class:`metricc.Metric` compiled with constraints (or the formula of one,
+    ``"precision subject to recall >= 0.5"``); the options are those
     of :class:`metricc.evaluate.operating.FeasiblePasses`, which judges the passes.
 
     >>> import metricc
@@ -85,9 +101,10 @@ class BestFeasible(FeasiblePasses):
     {'w': 1}
     """
 
-    def __init__(self, metric: Metric, *, threshold: float = 0.5, confidence: float | None = None,
-                 passes: int | None = None, zero_division: float | None = None,
-                 keep: str = "best") -> None:
+    def __init__(self, metric: Metric | str, *, threshold: float = 0.5,
+                 confidence: float | None = None, passes: int | None = None,
+                 zero_division: float | None = None, keep: str = "best") -> None:
+        metric = _as_metric(metric, "BestFeasible")
         self.metric = metric
         super().__init__(metric.decision_objective(), threshold=threshold, confidence=confidence,
                          passes=passes, zero_division=zero_division, keep=keep)

@@ -19,6 +19,7 @@ __all__ = [
     "VerificationError",
     "suggest",
     "suggest_all",
+    "unknown_loss_option",
 ]
 
 
@@ -124,3 +125,14 @@ def suggest_all(names: list[str], candidates: list[str]) -> str:
         return suggest(names[0], candidates)
     parts = [" or ".join(f"'{c}'" for c in close) + f" for '{n}'" for n, close in found]
     return " (did you mean " + ", ".join(parts) + "?)"
+
+
+def unknown_loss_option(key: str, options: list[str] | tuple[str, ...], note: str = "") -> MetricError:
+    """The error for a loss option ``key`` the loss does not take, with a did-you-mean: one
+    message for ``Metric.loss()`` and the constructor of a standalone file's class.
+
+    >>> print(unknown_loss_option("relaxaton", ["relaxation", "eps"]))
+    unknown loss option 'relaxaton' (did you mean 'relaxation'?); options are relaxation, eps
+    """
+    return MetricError(f"unknown loss option {key!r}{suggest(key, list(options))}{note}; "
+                       f"options are {', '.join(options)}")

@@ -20,7 +20,7 @@ import sympy
 
 from .analysis.cache import cached, expression_key
 from .analysis.statistics import Statistic, resolve, statistic_of, training_warning
-from .errors import MetricError, MetricWarning, suggest
+from .errors import MetricError, MetricWarning, unknown_loss_option
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -257,8 +257,7 @@ class Metric:
         allowed = [p.name for p in loss_parameters(self.statistic)]
         for key in options:
             if key not in allowed:
-                raise MetricError(f"unknown loss option {key!r}{suggest(key, allowed)}"
-                                  f"{self._option_hint(key)}; options are {', '.join(allowed)}")
+                raise unknown_loss_option(key, allowed, self._option_hint(key))
         # No relaxation given: the runtime class's own default decides (one rule for the
         # API, the CLI and standalone files).
         module: Loss = self.loss_class(*(() if relaxation is None else (relaxation,)), **options)

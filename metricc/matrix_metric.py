@@ -272,7 +272,8 @@ class MatrixMetric(Metric):
             raise MetricError(f"a K x K metric scores multiclass labels; mode={mode!r} does not "
                               "apply")
         self._refuse_options(average=average, threshold=threshold)
-        m = hard_confusion_matrix(preds, target, num_classes or self.num_classes, ignore_index)
+        m = hard_confusion_matrix(preds, target, num_classes or self.num_classes, ignore_index,
+                                  None if num_classes else self._classes_from())
         if not bool(m.sum() > 0):
             raise MetricError("score() needs at least one (not ignored) element")
         return float(self.value(m, zero_division=zero_division))
@@ -309,7 +310,18 @@ class MatrixMetric(Metric):
                               f"{self.num_classes}, but num_classes={k}")
         return stateful_module().MatrixStatefulMetric(
             self.value, self.text.strip(), self.higher_is_better, k, ignore_index=ignore_index,
-            zero_division=zero_division, validate_args=validate_args, **kwargs)
+            zero_division=zero_division, validate_args=validate_args,
+            classes_from=None if num_classes is not None else self._classes_from(), **kwargs)
+
+    def _classes_from(self) -> str | None:
+        """Where the number of classes comes from when the user passes none: the K x K
+        parameters (for the messages of ``score`` and ``metric``), or ``None``."""
+        if self.num_classes is None:
+            return None
+        names = sorted(self.matrix_values)
+        return (f"this metric's K x K parameter{'s' if len(names) > 1 else ''} "
+                f"{', '.join(names)} {'are' if len(names) > 1 else 'is'} "
+                f"{self.num_classes} x {self.num_classes}")
 
     # --- analysis --------------------------------------------------------------------------
     def check(self) -> MatrixCheckReport:

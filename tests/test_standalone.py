@@ -153,9 +153,10 @@ def test_standalone_equals_in_process_loss_and_gradient(generated: dict[str, Any
     assert bool(want["grad"].abs().sum() > 0)
     assert got["formula"] == want["formula"]  # user text survives exactly, as data
     assert got["higher_is_better"] == want["higher_is_better"]
-    # The same options as the in-process loss, in the same order.
+    # The same options as the in-process loss, in the same order, and a catch-all that
+    # turns a typo into a MetricError with a did-you-mean (tests/test_messages36.py).
     options = [p for p in inspect.signature(MetricLoss.__init__).parameters if p != "self"]
-    assert got["params"] == options
+    assert got["params"] == [*options, "unknown"]
 
 
 def test_files_paste_only_the_runtime_their_loss_needs(generated: dict[str, Any]) -> None:

@@ -189,6 +189,8 @@ def _signature(parameters: Sequence[inspect.Parameter], chosen: dict[str, Any]
             text += f" = {literal(p.default)}"
         sig.append(f"        {text},")
         call.append(f"            {p.name}={p.name}," if kwonly else f"            {p.name},")
+    # a typo gets metricc's did-you-mean (unknown_loss_option), not Python's bare TypeError
+    sig.append("        **unknown: object,")
     return sig, call
 
 
@@ -233,6 +235,13 @@ def emit_standalone(spec: StandaloneSpec) -> str:
         "    def __init__(\n",
         *(line + "\n" for line in sig),
         "    ) -> None:\n",
+        "        if unknown:\n",
+        "            options = (\n",
+        *(line + "\n" for line in textwrap.wrap(
+            " ".join(literal(p.name) + "," for p in spec.parameters), WIDTH,
+            initial_indent=" " * 16, subsequent_indent=" " * 16)),
+        "            )\n",
+        "            raise unknown_loss_option(next(iter(unknown)), options)\n",
         "        super().__init__(\n",
         *(line + "\n" for line in call),
         "        )\n",

@@ -209,11 +209,19 @@ def _columns(scores: Any, target: Any, what: str) -> tuple[np.ndarray, np.ndarra
         if not np.issubdtype(t.dtype, np.integer) and not (
                 np.issubdtype(t.dtype, np.floating) and (t == np.round(t)).all()):
             raise MetricError(f"a multiclass {what} needs integer class indices as target, got {t.dtype}")
+        if classes < 2:
+            raise MetricError(f"a one-vs-rest {what} needs scores of 2 or more classes, got one "
+                              f"column (shape {s.shape}); for one binary score per sample pass "
+                              "shape (N,) (scores[:, 0]) with a 0/1 target")
+        if (t < 0).any() or (t >= classes).any():
+            bad = int(t.min()) if (t < 0).any() else int(t.max())
+            raise MetricError(f"target holds class {bad}, but the scores have {classes} columns "
+                              f"(classes 0..{classes - 1}); pass one score column per class")
         missing = sorted(set(range(classes)) - set(np.unique(t).astype(int).tolist()))
-        if (t < 0).any() or (t >= classes).any() or missing or classes < 2:
-            raise MetricError(f"a one-vs-rest {what} needs every class 0..{classes - 1} (one per score "
-                              f"column) in the target; missing {missing}, or labels out of range: "
-                              "drop the columns of absent classes (or evaluate on more data)")
+        if missing:
+            raise MetricError(f"a one-vs-rest {what} needs every class 0..{classes - 1} (one per "
+                              f"score column) in the target; missing {missing}: drop the columns "
+                              "of absent classes (or evaluate on more data)")
         return s, (t[:, None] == np.arange(classes)).astype(np.float64), "multiclass"
     y = _labels(t, s.shape)
     return (s, y, "multilabel") if s.ndim == 2 else (s[:, None], y[:, None], "binary")

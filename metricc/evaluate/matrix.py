@@ -21,12 +21,15 @@ __all__ = ["hard_confusion_matrix", "hard_labels"]
 
 
 def hard_labels(preds: Any, target: Any, num_classes: int | None,
-                ignore_index: int | None) -> tuple[Tensor, Tensor, int]:
+                ignore_index: int | None, classes_from: str | None = None
+                ) -> tuple[Tensor, Tensor, int]:
     """``(target, predicted class, K)``: 1-d long tensors of the kept elements.
 
     ``preds``: ``(N, K, *)`` scores (argmax over dim 1) or ``(N, *)`` class labels
     with ``num_classes``; ``target``: ``(N, *)`` class indices; elements whose
-    target is ``ignore_index`` are dropped.
+    target is ``ignore_index`` are dropped. ``classes_from``: where ``num_classes`` came
+    from when the user did not pass it (``"this metric's K x K parameter M is 2 x 2"``),
+    for the messages; ``None``: the user passed ``num_classes``.
     """
     p = input_tensor("preds", preds)
     t = input_tensor("target", target, p.device)
@@ -38,7 +41,8 @@ def hard_labels(preds: Any, target: Any, num_classes: int | None,
                               f"{tuple(p.shape)}")
         k = p.shape[1]
         if num_classes is not None and num_classes != k:
-            raise MetricError(f"num_classes={num_classes} but preds has {k} classes on dim 1")
+            raise MetricError(f"{classes_from or f'num_classes={num_classes}'}, but preds has {k} "
+                              "classes on dim 1")
         pred = p.argmax(1)
     else:
         if num_classes is None:
@@ -59,12 +63,15 @@ def hard_labels(preds: Any, target: Any, num_classes: int | None,
     t, pred = t[keep].long(), pred[keep].long()
     for what, v in (("target", t), ("preds", pred)):
         if bool(((v < 0) | (v >= k)).any()):
-            raise MetricError(f"{what} must hold class indices in 0..{k - 1}")
+            raise MetricError(f"{what} must hold class indices in 0..{k - 1}"
+                              f"{f' ({classes_from})' if classes_from else ''}")
     return t, pred, k
 
 
 def hard_confusion_matrix(preds: Any, target: Any, num_classes: int | None = None,
-                          ignore_index: int | None = None) -> Tensor:
-    """The ``(K, K)`` float64 confusion matrix (rows true, columns predicted) of hard labels."""
-    t, pred, k = hard_labels(preds, target, num_classes, ignore_index)
+                          ignore_index: int | None = None, classes_from: str | None = None
+                          ) -> Tensor:
+    """The ``(K, K)`` float64 confusion matrix (rows true, columns predicted) of hard labels;
+    ``classes_from`` as in :func:`hard_labels`."""
+    t, pred, k = hard_labels(preds, target, num_classes, ignore_index, classes_from)
     return torch.bincount(t * k + pred, minlength=k * k).to(torch.float64).view(k, k)

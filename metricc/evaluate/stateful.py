@@ -312,8 +312,11 @@ class MatrixStatefulMetric(_ShapeCheckedSync):
 
     def __init__(self, value: Any, formula: str, higher_is_better: bool, num_classes: int, *,
                  ignore_index: int | None = None, zero_division: float | None = 0.0,
-                 validate_args: bool = True, **kwargs: Any) -> None:
+                 validate_args: bool = True, classes_from: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        #: Where ``num_classes`` came from, when not from the user (``hard_labels``' messages).
+        self.classes_from = classes_from
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise MetricError(f"num_classes must be an integer >= 2, got {num_classes!r}")
         if ignore_index is not None and (isinstance(ignore_index, bool)
@@ -340,7 +343,8 @@ class MatrixStatefulMetric(_ShapeCheckedSync):
                               f"{type(target).__name__}")
         if self.validate_args and preds.is_floating_point() and bool(torch.isnan(preds).any()):
             raise MetricError("preds contain NaN; the model produced it upstream")
-        m = hard_confusion_matrix(preds, target, self.num_classes, self.ignore_index)
+        m = hard_confusion_matrix(preds, target, self.num_classes, self.ignore_index,
+                                  getattr(self, "classes_from", None))  # None: older pickles
         self.confmat = self.confmat + m.to(self.confmat.device).long()
 
     def compute(self) -> Tensor:

@@ -124,9 +124,19 @@ def check_top(e: sympy.Expr) -> sympy.Expr:
     return e
 
 
+def substituted(bindings: object, metrics: object) -> tuple[str, ...]:
+    """What :func:`check_size`'s message says was substituted into a formula: its bindings,
+    its named metrics (each a truthy or falsy value: whether the formula has any)."""
+    return (("bindings",) if bindings else ()) + (("named metrics",) if metrics else ())
+
+
 def check_size(expr: sympy.Expr, what: str = "formula",
-               seen: dict[int, tuple[sympy.Expr, tuple[int, int]]] | None = None) -> None:
+               seen: dict[int, tuple[sympy.Expr, tuple[int, int]]] | None = None,
+               expanded: tuple[str, ...] = ()) -> None:
     """Raise MetricError if ``expr`` breaks a size limit; shared subtrees are walked once.
+
+    ``expanded`` names what was substituted into ``expr`` (``("bindings", "named metrics")``),
+    for the message: the size counts them at their full length.
 
     ``seen`` carries the sizes over from earlier calls (a binding chain reuses each binding's
     terms in the next; walking each binding afresh is quadratic in the chain's length).
@@ -159,13 +169,15 @@ def check_size(expr: sympy.Expr, what: str = "formula",
         return memo[key][1]
 
     n, depth = size(expr)
+    names = " and ".join(expanded)
+    once = f" once its {names} are substituted" if expanded else ""
     if depth > MAX_DEPTH:
         raise MetricError(
-            f"{what} nests more than {MAX_DEPTH} operations deep once bindings are "
-            "substituted; write it with fewer nested functions and bindings"
+            f"{what} nests more than {MAX_DEPTH} operations deep{once}; write it with fewer "
+            f"nested functions{', parentheses or ' + names if expanded else ' and parentheses'}"
         )
     if n > MAX_NODES:
         raise MetricError(
-            f"{what} is too large to analyse (more than {MAX_NODES} operations once "
-            "bindings are substituted); write it with fewer nested bindings"
+            f"{what} is too large to analyse (more than {MAX_NODES} operations{once}); write "
+            f"it with fewer terms{', or fewer or smaller ' + names if expanded else ''}"
         )

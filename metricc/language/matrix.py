@@ -20,7 +20,7 @@ from sympy.printing.str import StrPrinter
 from ..errors import MetricError
 from ..library import lookup
 from .functions import MATRIX_FUNCTIONS
-from .limits import check_size
+from .limits import check_size, substituted
 from .symbols import COUNTS, DERIVED, C, K, Present
 
 __all__ = ["PLACEHOLDERS", "MatrixFormula", "col_total", "display", "is_matrix_expr", "resolve_matrix",
@@ -339,6 +339,6 @@ def resolve_matrix(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
         raise MetricError(f"formula {text.strip()!r} does not depend on the confusion matrix "
                           "C; a metric must use C[i, j], row(i), col(j) or n")
     # the 2 x 2 formulas' size limits: a min() of three K x K metrics took 14 s to verify
-    check_size(expr)
+    check_size(expr, expanded=substituted(bindings, r.used_metrics))
     return MatrixFormula(text, expr, tuple(sorted(r.params)), tuple(sorted(r.matrices)), r.defaults,
                          tuple(r.used_metrics))

@@ -128,7 +128,11 @@ def syntax_tree(text: str, pos: Position, start: str = "start") -> Any:
         if set(e.expected) <= {"_SEP", "$END"}:
             msg = (f"unexpected {_describe(tok)}: a formula is one expression, on its last line; "
                    "earlier lines must be bindings `name = expression`")
-        if tok.type == "EQUAL" and _in_constraint(text, tok, start):
+        if tok.type == "COMPARE" and (first := _earlier_comparison(text, tok)):
+            msg = (f"comparisons do not chain: '{first}' already compares, and a constraint "
+                   f"(or a bound in best()) compares two sides once; write each bound on its "
+                   "own, as in `recall >= 0.8, recall <= 0.95`")
+        elif tok.type == "EQUAL" and _in_constraint(text, tok, start):
             msg = "'=' is not a constraint; constraints use >= or <=, as in `recall >= 0.9`"
         elif tok.type == "EQUAL":
             msg += _keyword_hint(text, tok.start_pos or 0)
@@ -138,6 +142,16 @@ def syntax_tree(text: str, pos: Position, start: str = "start") -> Any:
     except lark.exceptions.UnexpectedInput as e:  # UnexpectedEOF and friends
         raise MetricSyntaxError("could not parse formula", text, getattr(e, "line", 1) or 1,
                                 getattr(e, "column", 1) or 1) from None
+
+
+def _earlier_comparison(text: str, tok: Token) -> str | None:
+    """The comparison ``a >= b`` that ``tok`` (a second comparison operator) would chain
+    onto, read back to the start of its constraint or argument, or ``None``."""
+    before = text[: tok.start_pos or 0]
+    start = max((m.end() for m in re.finditer(r"\bsubject\s+to\b|\band\b|[,(;\n]", before)),
+                default=0)
+    part = re.sub(r"#[^\n]*", "", before[start:]).strip()
+    return part if re.search(r">=|<=|==|!=|=>|=<|>|<", part) else None
 
 
 def _in_constraint(text: str, tok: Token, start: str) -> bool:

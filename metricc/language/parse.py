@@ -20,7 +20,7 @@ import sympy
 from ..errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from ..library import lookup, names
 from .curve import CurveFormula, resolve_curve, uses_curve
-from .limits import MAX_LENGTH, MAX_TOKENS, check_constants, check_size, substitute
+from .limits import MAX_LENGTH, MAX_TOKENS, check_constants, check_size, substitute, substituted
 from .matrix import MatrixFormula, is_matrix_expr, resolve_matrix
 from .messages import syntax_tree
 from .symbols import COUNTS, DERIVED
@@ -276,9 +276,9 @@ def _resolve(text: str, parts: list[Any], pos: Position) -> Formula | MatrixForm
             raise pos.error(f"'{name}' is defined twice", tok)
         defined[name] = _replace_names(expr, defined, other)
         upcoming.discard(name)
-        check_size(defined[name], f"binding '{name}'", sizes)
+        check_size(defined[name], f"binding '{name}'", sizes, substituted(len(defined) > 1, metrics))
     result = _replace_names(body, defined, other)
-    check_size(result, seen=sizes)
+    check_size(result, seen=sizes, expanded=substituted(bool(defined), metrics))
     params -= set(defined)
     constraints: tuple[ParsedConstraint, ...] = ()
     if clause:

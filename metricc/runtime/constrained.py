@@ -39,7 +39,7 @@ from .counts import (
 )
 from .distributed import CountPool, recomputing, updates_state
 from .loss import MetricLoss
-from .modes import class_rows, validate_inputs
+from .modes import check_rows, class_rows, validate_inputs
 from .options import check_number, look_up_option
 from .relax import Relaxation
 from .sigmoids import stable_sigmoid
@@ -288,7 +288,7 @@ class ConstrainedLoss(ConstraintState):
         r = class_rows(input, target, "binary", obj.from_logits, obj.ignore_index, None, None,
                        need_hard=False)
         w = None if r.mask is None else r.mask.to(r.s.dtype).reshape(1, -1)
-        return self.row_losses(r.s.reshape(1, -1), r.y.reshape(1, -1), w)[0]
+        return self._row_losses(r.s.reshape(1, -1), r.y.reshape(1, -1), w)[0]
 
     def _lam(self, rows: int) -> Tensor:
         """The multipliers as ``(rows, K)`` float64; a fresh module adopts ``rows``."""
@@ -310,7 +310,13 @@ class ConstrainedLoss(ConstraintState):
 
         Each row is its own confusion matrix with its own multipliers (the
         buffer then has shape ``(R, K)``): many models trained side by side.
+        ``w``: weights of the scores' shape, or ``None``.
         """
+        check_rows(s, y, w, dims=(2,))
+        return self._row_losses(s, y, w)
+
+    def _row_losses(self, s: Tensor, y: Tensor, w: Tensor | None) -> Tensor:
+        """:meth:`row_losses` of checked rows (the forward's own are)."""
         obj = self.objective
         # Activation checkpointing runs this forward again inside the backward: that
         # recomputation must see the multipliers the step saw, and must not step again.

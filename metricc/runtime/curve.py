@@ -268,6 +268,20 @@ class SoftCurve(torch.autograd.Function):
         return grad.to(in_dtype), None, None, None, None, None
 
 
+def _check_curve_weight(weight: Any, scores: Tensor) -> None:
+    """A weight per score, or per sample (row) of ``(N, C)`` scores: names what differs."""
+    shapes = [tuple(scores.shape)] + ([tuple(scores.shape[:1])] if scores.dim() == 2 else [])
+    wanted = " or ".join(map(str, shapes)) + (" (one weight per sample)" if len(shapes) > 1 else "")
+    if not isinstance(weight, Tensor) or tuple(weight.shape) not in shapes:
+        raise MetricError(f"weight must be a tensor of shape {wanted}, got "
+                          f"{tuple(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__}")
+    if not weight.is_floating_point():
+        raise MetricError(f"weight must be a floating-point tensor, got {weight.dtype}; use "
+                          "weight.float()")
+    if weight.device != scores.device:
+        raise MetricError(f"weight is on {weight.device} but the scores on {scores.device}; move both")
+
+
 def _curve_inputs(scores: Any, target: Any, weight: Any, from_logits: Any
                   ) -> tuple[Tensor, Tensor, Tensor | None, bool]:
     """Checked ``(scores, target, weight, hard)``; ``hard``: the labels are all 0 or 1."""
@@ -280,9 +294,11 @@ def _curve_inputs(scores: Any, target: Any, weight: Any, from_logits: Any
         raise MetricError(f"scores must be (N,) for one curve or (N, C) for one curve per column "
                           f"(multilabel, one-vs-rest), got shape {tuple(scores.shape)}; flatten "
                           "or reshape them")
-    if not isinstance(target, Tensor) or target.shape != scores.shape or target.is_complex():
+    if not isinstance(target, Tensor) or target.shape != scores.shape:
         raise MetricError(f"target must be a tensor of the scores' shape {tuple(scores.shape)}, got "
                           f"{tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__}")
+    if target.is_complex():
+        raise MetricError(f"target must be real 0/1 labels, got {target.dtype}")
     target = target.detach()
     empty = scores.numel() == 0
     if not empty and target.dtype != torch.bool:
@@ -297,11 +313,7 @@ def _curve_inputs(scores: Any, target: Any, weight: Any, from_logits: Any
             raise MetricError(f"with from_logits=False scores must be probabilities in [0, 1], found "
                               f"[{float(lo)}, {float(hi)}]; pass from_logits=True for logits")
     if weight is not None:
-        if not isinstance(weight, Tensor) or not weight.is_floating_point() or (
-                weight.shape != scores.shape and weight.shape != scores.shape[:1]):
-            raise MetricError(f"weight must be a floating-point tensor of shape {tuple(scores.shape)} or "
-                              f"{tuple(scores.shape[:1])} (one weight per sample), got "
-                              f"{getattr(weight, 'shape', type(weight).__name__)}")
+        _check_curve_weight(weight, scores)
         weight = weight.detach()
         if not empty:
             lo, hi = torch.aminmax(weight)

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .counts import wide_dtype
 from .curve import CurvePool, CurveRelaxation, SoftCurve, curve_pool
 from .modes import validate_inputs
 from .options import check_flag, check_number, look_up_option
@@ -222,7 +223,7 @@ class CurveLoss(torch.nn.Module):
                         allow_empty=sync)
         self._check_target(input, target)
         s, y, w, logits = self._columns(input, target, weight)
-        work = torch.promote_types(input.dtype, torch.float32)
+        work = wide_dtype(input.dtype)
         # 0/1 labels take the cheaper hard path; deciding needs the data, so a traced graph
         # (torch.compile) takes the soft path, which gives the same curve for 0/1 labels.
         hard = not y.is_floating_point() or (
@@ -234,7 +235,8 @@ class CurveLoss(torch.nn.Module):
         tp, fp, pos, neg = curve
         losses = self._function.apply(tp, fp, pos, neg, self.eps, self.smooth_max.tau,
                                       self.smooth_max.tau_gate)
-        return self._combine(losses, pos).to(input.dtype)
+        # float32 for half and bfloat16 input, as the 2 x 2 and K x K losses (docs/numerics.md)
+        return self._combine(losses, pos).to(work)
 
     def _combine(self, losses: Tensor, pos: Tensor) -> Tensor:
         """One loss per curve (``(C,)``, or ``()`` in binary mode) combined by ``average``."""

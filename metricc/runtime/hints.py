@@ -13,12 +13,15 @@ from torch import Tensor
 
 from ..errors import MetricError, MetricWarning
 
-#: Below this many scores, logits may well all lie in [0, 1] by chance (a logit lands there
-#: with chance well under 1/2, so 64 in a row is < 1e-19 for logits); above it, scores all
-#: in [0, 1] are probabilities. The count runs over consecutive from_logits batches, so small
-#: batches (8 scores each) gather the same evidence over 8 steps.
-_PROBABILITY_HINT_MIN = 64
-#: Binary/multilabel from_logits scores seen in a row lying in [0, 1] (this process).
+#: Below this many scores, logits may well all lie in [0, 1] by chance; from it on, scores all
+#: in [0, 1] are probabilities. A logit lands in [0, 1] with chance at most 1/2 wherever
+#: logits lie symmetrically about 0, however narrow their spread (a fresh model's near-0
+#: logits are the worst case), so 32 in a row has chance at most 2^-32 = 2.3e-10 (N(0, 1)
+#: logits: 0.34^32 = 1e-15). The count runs over consecutive from_logits calls, so one call of
+#: 32 scores warns, and small batches (8 scores each) gather the same evidence over 4 steps.
+_PROBABILITY_HINT_MIN = 32
+#: Binary/multilabel from_logits scores seen in a row lying in [0, 1] (this process); the
+#: hint is given once per such run (a score outside [0, 1] starts a new one).
 _IN_UNIT_RUN = [0]
 
 
@@ -35,11 +38,10 @@ def warn_if_probabilities(x: Tensor, mode: str, in_unit: bool) -> None:
         why = "every element's class scores lie in [0, 1] and sum to 1"
         fix = "pass from_logits=False (or the logits before softmax)"
     else:
-        _IN_UNIT_RUN[0] += x.numel()
-        seen = _IN_UNIT_RUN[0]
-        if seen < _PROBABILITY_HINT_MIN:
+        before = _IN_UNIT_RUN[0]
+        seen = _IN_UNIT_RUN[0] = before + x.numel()
+        if not before < _PROBABILITY_HINT_MIN <= seen:  # once per run, when it gets long enough
             return
-        _IN_UNIT_RUN[0] = 0
         why = (f"all {seen} scores lie in [0, 1]" if seen == x.numel()
                else f"the last {seen} scores, over several batches, all lie in [0, 1]")
         fix = "pass from_logits=False if they are probabilities (or the logits before sigmoid)"

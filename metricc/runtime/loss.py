@@ -20,7 +20,7 @@ from .counts import HALF_MAX, as_count_rows, indices_in_range, soft_counts, wide
 from .distributed import count_pool, updates_state
 from .hints import overflow_message
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
-from .modes import class_rows, validate_inputs
+from .modes import check_rows, class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
 from .relax import OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
@@ -212,8 +212,10 @@ class MetricLoss(torch.nn.Module):
         ``(N, R, M)`` inputs give one loss per row ``r``, pooling ``[:, r, :]``.
 
         ``from_logits`` overrides the module's setting (multiclass rows hold
-        softmax probabilities even when the input held logits).
+        softmax probabilities even when the input held logits). ``w``: weights of the
+        scores' shape, or ``None``.
         """
+        check_rows(s, y, w)
         return self._losses_and_support(s, y, w, from_logits)[0]
 
     def _losses_and_support(self, s: Tensor, y: Tensor, w: Tensor | None,

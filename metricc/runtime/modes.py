@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -203,8 +203,36 @@ def binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("in
     """Binary inputs and targets are elementwise pairs: the same shape (the loss also takes
     :func:`single_channel` inputs)."""
     if input.shape != target.shape:
+        if (input.dim() == target.dim() + 1 and input.dim() >= 2 and input.shape[1] >= 2
+                and input.shape[:1] + input.shape[2:] == target.shape):
+            hint = (f": {names[0]} looks like scores of {input.shape[1]} classes on dim 1 and "
+                    f"{names[1]} like class indices; pass mode='multiclass' (or mode='multilabel' "
+                    "with one 0/1 label per class)")
         raise MetricError(f"{names[0]} and {names[1]} must have the same shape, got "
                           f"{tuple(input.shape)} and {tuple(target.shape)}{hint}")
+
+
+def check_rows(s: Any, y: Any, w: Any, dims: tuple[int, ...] = (2, 3)) -> None:
+    """The inputs of ``row_losses``: ``(R, M)`` floating-point scores (``(N, R, M)`` where
+    ``dims`` has 3), labels and weights (or ``None``) of the same shape."""
+    if not all(isinstance(t, Tensor) for t in (s, y, *(() if w is None else (w,)))):
+        raise MetricError("row_losses(s, y, w) takes tensors: scores, labels and (optional) "
+                          f"weights, got {type(s).__name__}, {type(y).__name__} and "
+                          f"{type(w).__name__}")
+    shapes = " or ".join(("(R, M)", "(N, R, M)")[:len(dims)])
+    if s.dim() not in dims or not s.is_floating_point():
+        raise MetricError(
+            f"row_losses takes floating-point scores of shape {shapes} (one confusion matrix "
+            f"per row r), got {s.dtype} of shape {tuple(s.shape)}; for one batch call the "
+            "loss itself (loss(input, target)), or pass s.reshape(1, -1) for one row")
+    if y.shape != s.shape or not y.is_floating_point():
+        raise MetricError(f"row_losses needs floating-point 0/1 (or soft) labels of the scores' "
+                          f"shape {tuple(s.shape)}, got {y.dtype} of shape {tuple(y.shape)}; "
+                          "use y.to(s.dtype)")
+    if w is not None and (w.shape != s.shape or not w.is_floating_point()):
+        raise MetricError(f"row_losses needs floating-point weights of the scores' shape "
+                          f"{tuple(s.shape)} (or None), got {w.dtype} of shape "
+                          f"{tuple(w.shape)}; use w.expand_as(s).to(s.dtype)")
 
 
 def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
