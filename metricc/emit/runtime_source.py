@@ -247,7 +247,7 @@ def _blocks(body: str) -> list[tuple[ast.stmt | None, list[str]]]:
     The first entry (statement None) holds the lines before the first statement."""
     lines = body.splitlines()
     tree = ast.parse(body)
-    starts = []
+    starts: list[int] = []
     for node in tree.body:
         start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1
         while start > 0 and lines[start - 1].lstrip().startswith("#") and (
