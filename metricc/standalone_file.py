@@ -10,7 +10,9 @@ docstring (:data:`DOCS`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analysis.counts_check import CheckReport
@@ -22,7 +24,7 @@ from .language.matrix import display
 if TYPE_CHECKING:
     from .facade import Metric
 
-__all__ = ["DOCS", "standalone_source"]
+__all__ = ["DOCS", "standalone_source", "write_standalone"]
 
 
 def _header(metric: Metric, name: str, what: str) -> list[str]:
@@ -162,3 +164,21 @@ def standalone_source(metric: Metric, class_name: str | None = None,
         class_doc=(f"``{'1 - ' if metric.higher_is_better else ''}metric`` on a relaxed "
                    f"confusion matrix; options as in ``{base}``."))
     return emit_standalone(spec)
+
+
+def write_standalone(path: str | os.PathLike[str] | None, source: str) -> str:
+    """Write ``source`` (a standalone file's text) to ``path`` when one is given; return it.
+
+    ``Metric.standalone`` and ``metricc compile -o`` write with this: UTF-8, ``\\n`` line ends.
+    """
+    if path is None:
+        return source
+    if not isinstance(path, (str, os.PathLike)):
+        raise MetricError(f"path={path!r:.60} must be a file path (a str or pathlib.Path), or None "
+                          "to only return the text")
+    try:
+        Path(path).write_text(source, encoding="utf-8", newline="\n")
+    except OSError as e:
+        raise MetricError(f"cannot write {os.fspath(path)!s}: {e.strerror or e}; give a path in an "
+                          "existing, writable folder") from None
+    return source
