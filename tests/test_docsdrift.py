@@ -165,3 +165,36 @@ def test_standalone_docs_name_a_method_that_exists() -> None:
     assert callable(getattr(metricc.Metric, "standalone", None))
     assert "Metric.standalone()" in (ROOT / "metricc" / "standalone_file.py").read_text(encoding="utf-8")
     assert sys.modules["metricc.facade"].Metric.standalone.__doc__
+
+
+# ---------------------------------------------------------------- docs/cli.md
+
+def _transcript() -> ModuleType:
+    from script_loader import load_script
+
+    return load_script(ROOT / "docs" / "make_cli_transcript.py")
+
+
+def test_cli_md_fast_sections_are_current(tmp_path: Path) -> None:
+    """Every section of docs/cli.md but the `check` ones (SymPy proofs and the numeric
+    verification, ~40 s: the slow test below) regenerates to the committed text."""
+    script = _transcript()
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert page.startswith("\n".join(script.HEADER))
+    ran = 0
+    for prose, step in script.SESSION:
+        if isinstance(step, list) and step[0] == "check" and step[1:] != ["TP/(TP + b*FP)"]:
+            continue
+        text = "\n".join(script.section(prose, step, str(tmp_path)))
+        assert text in page, f"docs/cli.md is stale at {step!r}: run python docs/make_cli_transcript.py"
+        ran += 1
+    assert ran >= 18
+    # The size table is measured, not written by hand.
+    assert "| `f1` (binary;" in page and "refused: files do not carry constraints yet" in page
+
+
+@pytest.mark.slow
+def test_cli_md_is_current() -> None:
+    """Regenerating docs/cli.md gives the committed page, byte for byte."""
+    assert _transcript().render() == (ROOT / "docs" / "cli.md").read_text(encoding="utf-8"), (
+        "docs/cli.md is stale: run python docs/make_cli_transcript.py")
