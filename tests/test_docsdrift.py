@@ -198,3 +198,33 @@ def test_cli_md_is_current() -> None:
     """Regenerating docs/cli.md gives the committed page, byte for byte."""
     assert _transcript().render() == (ROOT / "docs" / "cli.md").read_text(encoding="utf-8"), (
         "docs/cli.md is stale: run python docs/make_cli_transcript.py")
+
+
+# ---------------------------------------------------------------- examples
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_has_a_help_that_runs_nothing(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from script_loader import load_script
+
+    module = load_script(path, f"docsdrift_example_{path.stem}")
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ") and "--help" in out, out[:500]
+
+
+def test_quickstart_help_exits_without_training() -> None:
+    """The reported case, as a user runs it: before, `--help` ran the whole example."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), "--help"],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: quickstart.py") and "--steps" in proc.stdout
+    assert "test F1" not in proc.stdout and "verified" not in proc.stdout
