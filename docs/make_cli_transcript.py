@@ -1,18 +1,27 @@
 """Regenerate docs/cli.md by running every command it shows (nothing in it is hand-written output).
 
-    python docs/make_cli_transcript.py
+    python docs/make_cli_transcript.py            # rewrite docs/cli.md
+    python docs/make_cli_transcript.py --check    # exit 1 if docs/cli.md is not current
 
-Commands run as ``python -m metricc ...`` (the same code as the ``metricc`` script) in a
-temporary directory, so the files that ``compile -o`` writes do not land in the repository.
+This script is the one source of docs/cli.md: its prose, the commands and their output.
+Commands run in this process through ``metricc.cli.main`` (what the ``metricc`` script and
+``python -m metricc`` call), with stdout and stderr captured, in a temporary working
+directory, so the files that ``compile -o`` writes do not land in the repository.
+``tests/test_docsdrift.py`` checks that regenerating gives the committed page.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import os
+import runpy
 import shlex
-import subprocess
 import sys
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +38,28 @@ loss.backward()
 print(loss_fn)
 print(round(loss.item(), 6), [round(g, 6) for g in logits.grad.tolist()])
 """
+
+SIZES_PROSE = (
+    "**How big the file is.** It pastes only what its loss class reaches in metricc's "
+    "torch-only runtime: the module defining the class it subclasses (`MetricLoss` for the "
+    "2x2 counts, `MatrixLoss` for K x K metrics, `CurveLoss` for curve metrics) and the "
+    "runtime modules that one imports, cut to the functions, classes and constants reachable "
+    "from the class by name (read from their ASTs), without their multi-line docstrings "
+    "(read those in metricc's sources). Every option of the in-process loss comes along "
+    "(relaxations, modes, class weights, `sync_dist`, `memory_decay`), so the code those "
+    "options run stays. A comment after the docstring lists the sections in order (the "
+    "pasted runtime, one `# --- module` section each; the generated kernels; the loss "
+    "class, last). Measured with `Metric.standalone()` (what `metricc compile` writes):")
+
+#: (what the table shows, formula, loss options) for the size table.
+SIZES: list[tuple[str, str, dict[str, str]]] = [
+    ("`f1` (binary; also multiclass or multilabel: the mode is an option of the same class)",
+     "f1", {}),
+    ("`dice --option mode=multiclass`", "dice", {"mode": "multiclass"}),
+    ("`quadratic_kappa` (K x K)", "quadratic_kappa", {}),
+    ("`auroc` (curve)", "auroc", {}),
+    ("`precision subject to recall >= 0.9`", "precision subject to recall >= 0.9", {}),
+]
 
 # (markdown before the block, argv after "metricc", or a ("python", code) pair)
 SESSION: list[tuple[str, list[str] | tuple[str, str]]] = [
@@ -62,6 +93,7 @@ SESSION: list[tuple[str, list[str] | tuple[str, str]]] = [
      "class chosen on the command line.",
      ["compile", "fbeta", "--param", "beta=2", "--name", "F2Loss", "--relaxation", "sigmoid",
       "--from-logits", "--option", "slope=2", "-o", "f2_loss.py"]),
+    (SIZES_PROSE, ("sizes", "")),
     ("The start of the generated file: its docstring.", ("head", "f2_loss.py")),
     ("Its last lines: the loss class, with every option of the in-process loss and the "
      "defaults chosen above.", ("tail", "f2_loss.py")),
@@ -86,59 +118,149 @@ SESSION: list[tuple[str, list[str] | tuple[str, str]]] = [
 ]
 
 
-def _run(argv: list[str], cwd: str, stdin: str | None = None) -> tuple[str, int]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"}
-    proc = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, text=True,
-                          timeout=600)
-    # stderr after stdout: each command prints to one of them (warnings/errors to stderr).
-    return proc.stdout + proc.stderr, proc.returncode
+@contextlib.contextmanager
+def _session(cwd: str, stdin: str) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """stdout, stderr and stdin swapped for strings, in ``cwd``, with a fresh process's
+    warning filters and an 100-column terminal (for argparse's help)."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.getcwd(), os.environ.get("COLUMNS"), sys.stdin
+    os.chdir(cwd)
+    os.environ["COLUMNS"] = "100"
+    sys.stdin = io.StringIO(stdin)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            warnings.resetwarnings()
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("default", UserWarning)
+            yield out, err
+    finally:
+        os.chdir(saved[0])
+        if saved[1] is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved[1]
+        sys.stdin = saved[2]
 
 
-def main() -> None:
-    parts = [
-        "# The `metricc` command",
-        "",
-        "<!-- Generated by docs/make_cli_transcript.py: every output below is real; "
-        "edit that script, not this file. -->",
-        "",
-        "`metricc` (also `python -m metricc`) inspects, checks and exports metrics from the "
-        "shell. `grad` and `list` never import torch, so they answer quickly. Exit status: 0 "
-        "success, 1 `check` found a problem, 2 a usage or formula error.",
-        "",
-    ]
+def _run(argv: list[str], cwd: str, stdin: str = "") -> tuple[str, int]:
+    """``metricc ARGV``'s output (stdout, then stderr: warnings and errors) and exit status."""
+    from metricc.cli import main
+
+    with _session(cwd, stdin) as (out, err):
+        try:
+            code = main(argv)
+        except SystemExit as e:  # --help
+            code = int(e.code or 0)
+    return out.getvalue() + err.getvalue(), code
+
+
+def _run_python(code: str, cwd: str) -> str:
+    """Run ``code`` (saved as use_loss.py in ``cwd``, it imports the file written there)
+    as a script; its output."""
+    with _session(cwd, "") as (out, err):
+        sys.path.insert(0, cwd)
+        try:
+            runpy.run_path(str(Path(cwd) / "use_loss.py"), run_name="__main__")
+        finally:
+            sys.path.remove(cwd)
+            for name in [m for m in sys.modules if m == "f2_loss"]:
+                del sys.modules[name]
+    return out.getvalue() + err.getvalue()
+
+
+def _sizes() -> list[str]:
+    import metricc
+
+    rows = ["| metric | pasted runtime modules | lines | size |", "|---|---|---|---|"]
+    for shown, formula, options in SIZES:
+        m = metricc.compile(formula)
+        try:
+            text = m.standalone(None, warn_monotonicity=False, **options)
+        except metricc.MetricError:
+            rows.append(f"| {shown} | refused: files do not carry constraints yet | | |")
+            continue
+        modules = text.split("\n# --- metricc.")[1:]
+        rows.append(f"| {shown} | {len(modules)} | {len(text.splitlines()):,} | "
+                    f"{len(text.encode()) / 1000:.0f} KB |")
+    return [*rows, "", "Most of what remains is the code those options run and their checks, kept "
+            "so that the file raises the same errors as the in-process loss.", ""]
+
+
+def _excerpt(step: tuple[str, str], tmp: str) -> list[str]:
+    lines = (Path(tmp) / step[1]).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("class F2Loss"))
+    shown = lines[:32] if step[0] == "head" else lines[start:]
+    return ["<!-- not run: an excerpt of the generated f2_loss.py -->", "```python",
+            *shown, "```", ""]
+
+
+HEADER = [
+    "# The `metricc` command",
+    "",
+    "<!-- Generated by docs/make_cli_transcript.py: every output below is real; "
+    "edit that script, not this file. -->",
+    "",
+    "`metricc` (also `python -m metricc`) inspects, checks and exports metrics from the "
+    "shell. `grad` and `list` never import torch, so they answer quickly. Exit status: 0 "
+    "success, 1 `check` found a problem, 2 a usage or formula error.",
+    "",
+]
+
+
+def section(prose: str, step: list[str] | tuple[str, str], tmp: str) -> list[str]:
+    """The page's lines for one entry of :data:`SESSION`, its command run now in ``tmp``
+    (entries run in order: the excerpts and the script read the file a command wrote)."""
+    parts = [prose, ""] if prose else []
+    if isinstance(step, tuple) and step[0] == "sizes":
+        return [*parts, *_sizes()]
+    if isinstance(step, tuple) and step[0] in ("head", "tail"):
+        return [*parts, *_excerpt(step, tmp)]
+    if isinstance(step, tuple) and step[0] == "python":
+        (Path(tmp) / "use_loss.py").write_text(step[1], encoding="utf-8")
+        out = _run_python(step[1], tmp)
+        return [*parts, "<!-- not run: needs f2_loss.py, written by the command above; this "
+                "script runs it and shows its output -->", "```python",
+                step[1].rstrip(), "```", "", "```console",
+                "$ python use_loss.py", out.rstrip(), "```", ""]
+    if isinstance(step, tuple) and step[0] == "stdin":
+        out, code = _run(["grad", "-"], tmp, step[1])
+        shown_cmd = "$ printf '" + step[1].replace("\n", "\\n") + "' | metricc grad -"
+    else:
+        assert isinstance(step, list)
+        out, code = _run(step, tmp)
+        shown_cmd = "$ " + shlex.join(["metricc", *step])
+    block = ["```console", shown_cmd, out.rstrip()]
+    if code:
+        block.append(f"[exit status {code}]")
+    return [*parts, *block, "```", ""]
+
+
+def render() -> str:
+    """The text of docs/cli.md, every output produced now."""
+    parts = list(HEADER)
     with tempfile.TemporaryDirectory() as tmp:
         for prose, step in SESSION:
-            if prose:
-                parts += [prose, ""]
-            if isinstance(step, tuple) and step[0] in ("head", "tail"):
-                lines = (Path(tmp) / step[1]).read_text(encoding="utf-8").splitlines()
-                start = next(i for i, ln in enumerate(lines) if ln.startswith("class F2Loss"))
-                shown = lines[:32] if step[0] == "head" else lines[start:]
-                parts += ["<!-- not run: an excerpt of the generated f2_loss.py -->", "```python",
-                          *shown, "```", ""]
-                continue
-            if isinstance(step, tuple) and step[0] == "python":
-                (Path(tmp) / "use_loss.py").write_text(step[1])
-                out, code = _run([sys.executable, "use_loss.py"], tmp)
-                parts += ["<!-- not run: needs f2_loss.py, written by the command above; this "
-                          "script runs it and shows its output -->", "```python",
-                          step[1].rstrip(), "```", "", "```console",
-                          "$ python use_loss.py", out.rstrip(), "```", ""]
-                continue
-            if isinstance(step, tuple) and step[0] == "stdin":
-                out, code = _run([sys.executable, "-m", "metricc", "grad", "-"], tmp, step[1])
-                shown_cmd = "$ printf '" + step[1].replace("\n", "\\n") + "' | metricc grad -"
-            else:
-                assert isinstance(step, list)
-                out, code = _run([sys.executable, "-m", "metricc", *step], tmp)
-                shown_cmd = "$ " + shlex.join(["metricc", *step])
-            block = ["```console", shown_cmd, out.rstrip()]
-            if code:
-                block.append(f"[exit status {code}]")
-            parts += [*block, "```", ""]
-    OUT.write_text("\n".join(parts).rstrip() + "\n", encoding="utf-8")
+            parts += section(prose, step, tmp)
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="compare with docs/cli.md instead of writing it; exit 1 if it differs")
+    args = ap.parse_args(argv)
+    text = render()
+    if args.check:
+        current = OUT.read_text(encoding="utf-8") == text
+        print("docs/cli.md is current" if current else
+              "docs/cli.md is stale: run python docs/make_cli_transcript.py")
+        return 0 if current else 1
+    OUT.write_text(text, encoding="utf-8")
     print(f"wrote {OUT}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(ROOT))  # this checkout's metricc, installed or not
+    raise SystemExit(main())

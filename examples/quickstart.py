@@ -1,11 +1,12 @@
 """Compile a metric into a loss, check it, and train with it.
 
-Run: python examples/quickstart.py
+Run: python examples/quickstart.py   (--help lists its options)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import argparse
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -32,7 +33,11 @@ def train(loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torc
     return model
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300, help="Adam steps per model (default 300)")
+    ap.add_argument("--n", type=int, default=4000, help="training and test samples (default 4000)")
+    args = ap.parse_args(argv)
     f1 = metricc.compile("2*TP / (2*TP + FP + FN)")
     print("metric:      ", f1.expr)
     print("d/dTP:       ", f1.gradient["TP"])
@@ -41,13 +46,13 @@ def main() -> None:
     print(f"verified:     {len(report.checks)} checks (symbolic, autograd, finite differences)")
 
     gen = torch.Generator().manual_seed(0)
-    x, y = make_data(4000, 0.05, gen)
-    x_test, y_test = make_data(4000, 0.05, gen)
+    x, y = make_data(args.n, 0.05, gen)
+    x_test, y_test = make_data(args.n, 0.05, gen)
 
     f1_loss = f1.loss("anyloss", from_logits=True)
     bce = torch.nn.BCEWithLogitsLoss()
     for name, loss_fn in (("BCE", bce), ("F1 loss", f1_loss)):
-        model = train(loss_fn, x, y)
+        model = train(loss_fn, x, y, args.steps)
         with torch.no_grad():
             prob = torch.sigmoid(model(x_test).squeeze(-1))
         print(f"{name:8s} test F1 = {f1.score(prob, y_test, zero_division=0.0):.3f}")

@@ -234,18 +234,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if "relaxation" in options:
         raise UsageError("give the relaxation with --relaxation, not --option")
     # No --relaxation: the loss class's own default (softmax for mode=multiclass and K x K
-    # metrics, else anyloss), as Metric.loss() without one.
-    from .standalone_file import standalone_source
-
-    source = standalone_source(m, args.name, args.relaxation, **options)
-    if args.output in (None, "-"):
+    # metrics, else anyloss), as Metric.loss() without one. Metric.standalone writes.
+    to_stdout = args.output in (None, "-")
+    source = m.standalone(None if to_stdout else args.output, args.relaxation,
+                          class_name=args.name, **options)
+    if to_stdout:
         sys.stdout.write(source)
     else:
-        try:
-            with open(args.output, "w", encoding="utf-8", newline="\n") as f:
-                f.write(source)
-        except OSError as e:
-            raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
         print(f"wrote {args.output}", file=sys.stderr)
     return EXIT_OK
 

@@ -13,6 +13,7 @@ stages (``language``, ``analysis``, ``emit``, ``evaluate``, ``verify``;
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
@@ -264,6 +265,25 @@ class Metric:
         if warn_monotonicity:
             self._warn_monotonicity()
         return module
+
+    def standalone(self, path: str | os.PathLike[str] | None = None, relaxation: str | None = None,
+                   *, class_name: str | None = None, warn_monotonicity: bool = True,
+                   **loss_options: Any) -> str:
+        """This metric's loss as one Python module that needs only torch (``metricc compile``).
+
+        Returns the module's text and, given a ``path``, writes it there. Its class is named as
+        :attr:`loss_class` (or ``class_name``) and takes every option of :meth:`loss`;
+        ``relaxation`` and ``loss_options`` become its defaults, checked as :meth:`loss` does.
+
+        >>> import metricc
+        >>> text = metricc.compile("f1").standalone(amplifier=50.0)
+        >>> "class F1Loss(MetricLoss):" in text and "amplifier: float = 50.0," in text
+        True
+        """
+        from .standalone_file import standalone_source, write_standalone
+
+        return write_standalone(path, standalone_source(
+            self, class_name, relaxation, warn_monotonicity=warn_monotonicity, **loss_options))
 
     def _option_hint(self, key: str) -> str:
         """More to say about an unknown loss option (K x K metrics explain missing modes)."""

@@ -5,13 +5,16 @@ in-process loss, collects the data (kernels, the class name and attributes of th
 in-process loss class, its options, the docstring) into a
 :class:`metricc.emit.standalone.StandaloneSpec`, and hands that to
 :func:`metricc.emit.standalone.emit_standalone`. What differs by statistic is the
-docstring (:data:`DOCS`).
+docstring (:data:`DOCS`). ``metric`` is a :class:`metricc.Metric` (typed ``Any``:
+the facade imports this module, and imports go one way).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from .analysis.counts_check import CheckReport
 from .emit.loss_class import loss_parameters
@@ -19,13 +22,10 @@ from .emit.standalone import StandaloneSpec, check_class_name, emit_standalone, 
 from .errors import MetricError
 from .language.matrix import display
 
-if TYPE_CHECKING:
-    from .facade import Metric
-
-__all__ = ["DOCS", "standalone_source"]
+__all__ = ["DOCS", "standalone_source", "write_standalone"]
 
 
-def _header(metric: Metric, name: str, what: str) -> list[str]:
+def _header(metric: Any, name: str, what: str) -> list[str]:
     return [
         f"{name}: a differentiable PyTorch loss for a {what}.",
         "",
@@ -39,12 +39,12 @@ def _header(metric: Metric, name: str, what: str) -> list[str]:
     ]
 
 
-def _direction(metric: Metric) -> str:
+def _direction(metric: Any) -> str:
     return ("higher is better; the loss is 1 - metric" if metric.higher_is_better
             else "lower is better; the loss is the metric itself")
 
 
-def _parameters(metric: Metric) -> list[str]:
+def _parameters(metric: Any) -> list[str]:
     if not metric.parameters:
         return []
     return ["Parameters: " + ", ".join(f"{k} = {v!r}" for k, v in sorted(metric.parameters.items())),
@@ -60,7 +60,7 @@ def _undefined(where: list[str]) -> list[str]:
             "the loss adds eps to every denominator, root and log argument there."]
 
 
-def _counts_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
+def _counts_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
     report = metric.check()
     assert isinstance(report, CheckReport)  # a 2x2 metric's (K x K ones: _matrix_doc)
     gradient = metric.gradient
@@ -82,7 +82,7 @@ def _counts_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
                         "targets")
 
 
-def _matrix_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
+def _matrix_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
     report = metric.check()
     doc = _header(metric, name, "K x K confusion-matrix metric")
     doc += [f"Metric: {metric.expr_text}",
@@ -92,7 +92,7 @@ def _matrix_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
     return doc + _usage(name, chosen, "scores", "class_indices  # (N, K, *) and (N, *)")
 
 
-def _curve_doc(metric: Metric, name: str, chosen: dict[str, Any]) -> list[str]:
+def _curve_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
     from .analysis.curve_check import CurveCheckReport
 
     report = metric.check()
@@ -121,7 +121,7 @@ DOCS: dict[str, Callable[[Any, str, dict[str, Any]], list[str]]] = {
     "counts": _counts_doc, "matrix": _matrix_doc, "curve": _curve_doc}
 
 
-def standalone_source(metric: Metric, class_name: str | None = None,
+def standalone_source(metric: Any, class_name: str | None = None,
                       relaxation: str | None = None, *, warn_monotonicity: bool = True,
                       **defaults: Any) -> str:
     """Source of one module (needs only torch) holding ``metric``'s loss class.
@@ -162,3 +162,21 @@ def standalone_source(metric: Metric, class_name: str | None = None,
         class_doc=(f"``{'1 - ' if metric.higher_is_better else ''}metric`` on a relaxed "
                    f"confusion matrix; options as in ``{base}``."))
     return emit_standalone(spec)
+
+
+def write_standalone(path: str | os.PathLike[str] | None, source: str) -> str:
+    """Write ``source`` (a standalone file's text) to ``path`` when one is given; return it.
+
+    ``Metric.standalone`` and ``metricc compile -o`` write with this: UTF-8, ``\\n`` line ends.
+    """
+    if path is None:
+        return source
+    if not isinstance(path, (str, os.PathLike)):
+        raise MetricError(f"path={path!r:.60} must be a file path (a str or pathlib.Path), or None "
+                          "to only return the text")
+    try:
+        Path(path).write_text(source, encoding="utf-8", newline="\n")
+    except OSError as e:
+        raise MetricError(f"cannot write {os.fspath(path)!s}: {e.strerror or e}; give a path in an "
+                          "existing, writable folder") from None
+    return source

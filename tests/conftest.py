@@ -16,3 +16,7 @@ torch.set_num_threads(1)
 
 settings.register_profile("ci", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
+    config.addinivalue_line("markers", "slow: takes tens of seconds; deselect with -m 'not slow'")

@@ -211,6 +211,10 @@ def test_segmentation_quick_run(tmp_path):
         assert f"| {label} |" in report
     png = (tmp_path / "segmentation_predictions.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    # The quick run shows learning: some loss finds foreground on the held-out images.
+    ious = [float(line.split("IoU ")[1].split()[0]) for line in proc.stdout.splitlines()
+            if ": IoU " in line]
+    assert len(ious) == 4 and max(ious) > 0, proc.stdout
 
 
 def test_segmentation_data_is_about_two_percent_foreground():

@@ -4,7 +4,9 @@
 ``errors.py`` that the file's loss class needs (:func:`needed_modules`: the module
 defining its base class and what that imports, read from the ASTs), as they are at
 generation time and in the fixed order of :data:`SOURCES`; the assembly is lark's standalone generator's idea: modules
-concatenated, their imports of each other dropped.
+concatenated, their imports of each other dropped. Given the names the rest of the
+file uses, it pastes only what those reach (:func:`prune`): the top-level
+definitions reachable from them by name, without their multi-line docstrings.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SOURCES", "WIDTH", "needed_modules", "runtime_source", "top_level_names", "used_names"]
+__all__ = ["SOURCES", "WIDTH", "loaded_names", "needed_modules", "prune", "runtime_source",
+           "top_level_names", "used_names"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: The modules a standalone file is made of, in this order: each may import only
@@ -158,30 +161,39 @@ def needed_modules(base: str | None = None) -> tuple[str, ...]:
     return tuple(m for m in modules if m in need)
 
 
-def runtime_source(base: str | None = None) -> tuple[str, ast.Module]:
+def runtime_source(base: str | None = None, uses: frozenset[str] | None = None
+                   ) -> tuple[str, ast.Module]:
     """The runtime text of a standalone file (imports first), and its AST.
 
     Holds the modules of :data:`SOURCES` that a subclass of ``base`` needs
     (:func:`needed_modules`; all with no ``base``), each without its docstring,
     ``__all__`` and top-level imports; the imports of torch and the standard
     library are merged at the top, and imports of the earlier modules are dropped.
+    With ``uses`` (the names the rest of the file looks up: its loss class's base,
+    the kernels' globals), only what those reach is pasted (:func:`prune`), and only
+    the imports the pasted text uses; a module left empty has no section.
     Every module of :data:`SOURCES` is checked, pasted or not: an import of
     anything else, or a name defined twice, is refused (an internal error): the
     standalone file would then not stand alone, or not work.
     """
     modules = _modules()
     chosen = needed_modules(base)
+    kept = prune(tuple((m, modules[m].body) for m in chosen), uses) if uses is not None else {
+        m: modules[m].body for m in chosen}
+    loaded = (loaded_names(ast.parse("\n\n".join(kept.values()))) | uses) if uses is not None else None
     plain: list[str] = []  # "import x" lines, first seen first
     froms: dict[str, list[str]] = {}  # module -> names, for "from x import a, b"
     bodies: list[str] = []
     for module in chosen:
         pasted = modules[module]
-        plain += [line for line in pasted.plain if line not in plain]
+        plain += [line for line in pasted.plain if line not in plain
+                  and (loaded is None or _bound(line.split()[-1]) in loaded)]
         for source, names in pasted.froms:
             have = froms.setdefault(source, [])
-            have += [n for n in names if n not in have]
-        bodies.append(f"# --- {module} " + "-" * max(3, WIDTH - 7 - len(module)) + "\n\n"
-                      + pasted.body)
+            have += [n for n in names if n not in have and (loaded is None or _bound(n) in loaded)]
+        if kept[module]:
+            bodies.append(f"# --- {module} " + "-" * max(3, WIDTH - 7 - len(module)) + "\n\n"
+                          + kept[module])
     head = ["from __future__ import annotations"]
     for third_party in (False, True):  # standard library, then torch, sorted as isort does
         def ours(module: str, third_party: bool = third_party) -> bool:
@@ -189,10 +201,109 @@ def runtime_source(base: str | None = None) -> tuple[str, ast.Module]:
 
         section = sorted(line for line in plain if ours(line.split()[1]))
         section += [f"from {m} import {', '.join(sorted(n))}"
-                    for m, n in sorted(froms.items()) if ours(m)]
+                    for m, n in sorted(froms.items()) if ours(m) and n]
         head += ["", *section]
     text = "\n".join(head) + "\n\n" + "\n\n\n".join(bodies) + "\n"
     return text, ast.parse(text)
+
+
+def _bound(name: str) -> str:
+    """The name an import binds: ``a.b`` binds ``a``; ``x as y`` binds ``y``."""
+    return name.split(" as ")[-1].split(".")[0]
+
+
+def loaded_names(tree: ast.AST) -> set[str]:
+    """Every name ``tree`` looks up (annotations included), at any depth."""
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _defined(node: ast.stmt) -> set[str]:
+    """The module globals a top-level definition or assignment binds (empty for anything else)."""
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+        return {node.name}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    return set()
+
+
+def _docstring_lines(node: ast.stmt) -> set[int]:
+    """0-based lines of the multi-line docstrings of the functions and classes in ``node``
+    that have more in their body (a docstring alone stays: the body would be empty)."""
+    drop: set[int] = set()
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and len(n.body) > 1 \
+                and ast.get_docstring(n, clean=False) is not None:
+            doc = n.body[0]
+            if doc.end_lineno and doc.end_lineno > doc.lineno:
+                drop |= set(range(doc.lineno - 1, doc.end_lineno))
+    return drop
+
+
+def _blocks(body: str) -> list[tuple[ast.stmt | None, list[str]]]:
+    """``body``'s top-level statements, each with its lines: the comment lines just above
+    it, the statement, the blank lines after it (docstrings of what it defines left out).
+    The first entry (statement None) holds the lines before the first statement."""
+    lines = body.splitlines()
+    tree = ast.parse(body)
+    starts: list[int] = []
+    for node in tree.body:
+        start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1
+        while start > 0 and lines[start - 1].lstrip().startswith("#") and (
+                not starts or start - 1 >= (tree.body[len(starts) - 1].end_lineno or 0)):
+            start -= 1
+        starts.append(start)
+    out: list[tuple[ast.stmt | None, list[str]]] = [(None, lines[:starts[0] if starts else None])]
+    for i, node in enumerate(tree.body):
+        end = starts[i + 1] if i + 1 < len(starts) else len(lines)
+        doc = _docstring_lines(node)
+        out.append((node, [line for k, line in enumerate(lines[starts[i]:end], starts[i])
+                           if k not in doc]))
+    return out
+
+
+def prune(bodies: tuple[tuple[str, str], ...], uses: frozenset[str]) -> dict[str, str]:
+    """Each ``(module, body)`` cut to the top-level definitions that ``uses`` reach.
+
+    A definition (``def``, ``class``, a global assignment) is kept when a kept statement
+    or ``uses`` looks its name up (read from the AST, conservatively: any load of the
+    name, at any depth); every other statement (a module-level check, an ``if``) is
+    kept and its names are followed too. Multi-line docstrings are left out (the
+    file's readers find them in metricc's sources); comments stay.
+
+    >>> kept = prune((("m", "def a():\\n    return b()\\n\\n\\ndef b():\\n    return 1\\n\\n\\n"
+    ...                      "def c():\\n    return 2\\n"),), frozenset({"a"}))
+    >>> "def b" in kept["m"], "def c" in kept["m"]
+    (True, False)
+    """
+    blocks = {m: _blocks(body) for m, body in bodies}
+    owners: dict[str, list[tuple[str, int]]] = {}
+    todo = set(uses)
+    keep = set()
+    for m, entries in blocks.items():
+        for i, (node, _) in enumerate(entries):
+            if node is None:
+                continue
+            names = _defined(node)
+            for name in names:
+                owners.setdefault(name, []).append((m, i))
+            if not names:
+                keep.add((m, i))
+                todo |= loaded_names(node)
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        for where in owners.get(name, []):
+            if where not in keep:
+                keep.add(where)
+                node = blocks[where[0]][where[1]][0]
+                assert node is not None
+                todo |= loaded_names(node) - seen
+    return {m: "\n".join(line for i, (node, lines) in enumerate(entries)
+                         if node is None or (m, i) in keep for line in lines).strip("\n")
+            for m, entries in blocks.items()}
 
 
 def top_level_names(tree: ast.Module, imports: bool = True) -> set[str]:

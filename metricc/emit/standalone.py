@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MetricError
-from .runtime_source import SOURCES, WIDTH, needed_modules, runtime_source, used_names
+from .runtime_source import SOURCES, WIDTH, loaded_names, needed_modules, runtime_source, used_names
 
 __all__ = ["SOURCES", "StandaloneSpec", "check_class_name", "emit_standalone", "literal", "plain_option",
            "runtime_source"]
@@ -201,6 +201,8 @@ def _contents(class_name: str, base: str, modules: Sequence[str]) -> str:
     return (f"\n# Contents, in this order (sections start with '# --- '):\n"
             f"#  1. the runtime {class_name} needs, pasted from metricc ({len(modules)} modules):\n"
             f"{pasted}\n"
+            f"#     only the definitions {class_name} reaches; their docstrings are in metricc's\n"
+            f"#     sources (metricc/runtime/, metricc/errors.py);\n"
             f"#  2. the kernels generated from the metric's SymPy form;\n"
             f"#  3. {class_name}, a subclass of {base} holding those kernels (at the end).\n\n")
 
@@ -215,8 +217,10 @@ def emit_standalone(spec: StandaloneSpec) -> str:
     the in-process loss); this function only writes.
     """
     check_class_name(spec.class_name, spec.kernels_source, "F1Loss", spec.base)
-    runtime, _ = runtime_source(spec.base)
-    modules = needed_modules(spec.base)
+    # Only what the class reaches: its base and the kernels' globals, followed by name.
+    uses = frozenset({spec.base} | loaded_names(ast.parse(spec.kernels_source)))
+    runtime, _ = runtime_source(spec.base, uses)
+    modules = [m for m in needed_modules(spec.base) if f"\n# --- {m} " in runtime]
     chosen = {k: plain_option(k, v) for k, v in spec.defaults}
     sig, call = _signature(spec.parameters, chosen)
     parts = [
