@@ -218,7 +218,8 @@ def emit_standalone(spec: StandaloneSpec) -> str:
     """
     check_class_name(spec.class_name, spec.kernels_source, "F1Loss", spec.base)
     # Only what the class reaches: its base and the kernels' globals, followed by name.
-    uses = frozenset({spec.base} | loaded_names(ast.parse(spec.kernels_source)))
+    # (and what the generated constructor itself calls: the did-you-mean of a typo)
+    uses = frozenset({spec.base, "unknown_loss_option"} | loaded_names(ast.parse(spec.kernels_source)))
     runtime, _ = runtime_source(spec.base, uses)
     modules = [m for m in needed_modules(spec.base) if f"\n# --- {m} " in runtime]
     chosen = {k: plain_option(k, v) for k, v in spec.defaults}
