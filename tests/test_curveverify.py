@@ -20,7 +20,7 @@ import metricc
 from metricc.emit.curve import emit_curve_kernels
 from metricc.language.functions import TORCH_CALLS
 from metricc.language.parse import parse
-from metricc.verify.curve import CURVE_ARRAY_CALLS, curve_torch, verify_curve
+from metricc.verify.curve import verify_curve
 
 #: Curve formulas of the issue that must verify (they raised AttributeError, hung, took 86 s,
 #: or were reported FAILED although their gradient equals autograd's).
@@ -104,6 +104,8 @@ def test_a_failing_finite_difference_check_is_a_failed_check_not_an_error() -> N
 def test_curve_stand_in_is_the_function_table() -> None:
     """One table: every torch call of the function table is in the curve's stand-in, and a curve
     kernel calls nothing else but the curve's array operations."""
+    from metricc.verify.curve import CURVE_ARRAY_CALLS, curve_torch
+
     ns = vars(curve_torch())
     assert set(TORCH_CALLS) <= set(ns)
     for text in VERIFIES + ["precision_at_recall", "partial_auroc", "average_precision"]:
