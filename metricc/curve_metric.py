@@ -17,12 +17,12 @@ import numpy as np
 import sympy
 
 from .analysis.curve import DEFAULT_TAU, DEFAULT_TAU_GATE, PairTerm, curve_undefined_where, local_form, outer_form
-from .analysis.curve_check import CurveCheckReport, check
-from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational
+from .analysis.curve_check import CurveCheckReport, check, curve_domain_problem, sample_curves
+from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational, refuse_unreal
 from .errors import MetricError
 from .facade import Metric
 from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords, class_count
-from .language.curve import AreaWithin, CurveFormula
+from .language.curve import AreaWithin, CurveFormula, CurveReduction
 
 if TYPE_CHECKING:
     from .runtime.curve_loss import CurveLoss
@@ -52,6 +52,19 @@ def _check_ranges(formula: CurveFormula, params: Mapping[str, Any], expr: sympy.
         lo, hi = node.args[2:]
         if lo.is_number and hi.is_number and not bool(lo < hi):
             raise MetricError(f"area(y, x, {lo}, {hi}): the range [lo, hi] is empty; write lo < hi")
+
+
+def _reduction_samples(nodes: tuple[CurveReduction, ...]) -> tuple[tuple[float, ...], ...]:
+    """Rows ``(r_0, ..., P, N)``: the reductions' exact values, with the totals, on random monotone
+    curves (where the curve's domain check looks for a negative base)."""
+    from .evaluate.curve_formula import evaluate_curve
+
+    rows: list[tuple[float, ...]] = []
+    with np.errstate(all="ignore"):
+        for tp, fp, P, N in sample_curves(120):
+            cols = [np.broadcast_to(evaluate_curve(node, tp, fp, P, N), P.shape) for node in nodes]
+            rows += [tuple(map(float, row)) for row in zip(*cols, P, N, strict=True)]
+    return tuple(rows)
 
 
 def _exact_value(expr: sympy.Expr, s: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> float:
@@ -173,6 +186,7 @@ class CurveMetric(Metric):
         self._expr: sympy.Expr = formula.expr.xreplace(subs)
         _check_ranges(formula, params, self._expr)
         with analysis_errors(self.text):
+            refuse_unreal(self.text, curve_domain_problem(self._expr, _reduction_samples), "curves")
             self._outer = outer_form(self._expr)
             self._locals = [local_form(node) for node in self._outer.nodes]
 

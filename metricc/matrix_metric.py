@@ -17,8 +17,8 @@ import sympy
 from sympy import Indexed, Sum
 
 from .analysis.matrix import gradient
-from .analysis.matrix_check import MatrixCheckReport, MatrixSingularity, check, singularities
-from .analysis.statistics import STATISTICS, Statistic, as_rational
+from .analysis.matrix_check import MatrixCheckReport, MatrixSingularity, check, matrix_domain_problem, singularities
+from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational, refuse_unreal
 from .counts_scoring import stateful_module
 from .errors import MetricError
 from .facade import Metric
@@ -135,6 +135,10 @@ class MatrixMetric(Metric):
             raise MetricError(f"the K x K parameters have different sizes: {sorted(sizes)}")
         #: The number of classes, when a parameter matrix fixes it.
         self.num_classes: int | None = sizes.pop() if sizes else None
+        with analysis_errors(self.text):
+            refuse_unreal(self.text, matrix_domain_problem(
+                self._expr, self.matrix_values, (self.num_classes,) if self.num_classes else (2, 3)),
+                "confusion matrices")
         self._gradient: sympy.Expr | None = None
 
     _NO_THRESHOLD = ("best_threshold and BestFeasible apply to binary decisions; a K x K metric "

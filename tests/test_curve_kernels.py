@@ -155,14 +155,15 @@ def test_defaults_and_where_undefined() -> None:
 @pytest.mark.parametrize("T", [3, 4])
 @pytest.mark.parametrize("name", ["auroc", "average_precision", "partial_auroc", "best_f1", "recall_at_precision"])
 def test_gradient_formula_equals_plain_sympy_differentiation(name: str, T: int) -> None:
-    """Runs the generated source on SymPy symbols; pure rational functions (auroc, AP) are then
-    compared symbolically (``cancel(a - b) == 0``), the rest (min/max cuts, exp of the smooth
-    maximum) at exact rational points, to 40 digits."""
+    """Runs the generated source on SymPy symbols and compares by the equality every statistic
+    uses (``symbolic_equal``): exact random points to 30 digits, then a proof in the bounded
+    worker; pure rational functions (auroc, AP) get proofs."""
     text, values = FORMULAS[name]
     expr = _formula(text, **values)
     ok, how = prove_gradient(expr, emit_curve_kernels(expr), T)
     assert ok, how
-    assert ("cancel" in how) == (name in ("auroc", "average_precision"))
+    if name in ("auroc", "average_precision"):
+        assert "proved equal" in how, how
 
 
 # --- convergence and compilation ------------------------------------------------------------------

@@ -155,7 +155,12 @@ def outer_form(expr: sympy.Expr, eps: sympy.Expr = EPS) -> OuterForm:
     if outer.free_symbols & set(COUNTS.values()):
         raise MetricError("internal: a count outside every reduction")
     value = guard_outer(outer, {*syms, *TOTALS.values()}, eps)
-    return OuterForm(nodes, syms, value, tuple(sympy.diff(value, s) for s in syms))
+    # differentiated over real stand-ins: |r - 1/2|' is sign(r - 1/2), not re()/im() terms
+    # that no kernel can run
+    real = {s: sympy.Symbol(s.name, real=True) for s in syms}
+    back = {v: k for k, v in real.items()}
+    on_reals = value.xreplace(real)
+    return OuterForm(nodes, syms, value, tuple(sympy.diff(on_reals, real[s]).xreplace(back) for s in syms))
 
 
 def curve_undefined_where(expr: sympy.Expr) -> list[tuple[str, sympy.Expr]]:

@@ -22,11 +22,12 @@ from typing import Any
 import numpy as np
 import sympy
 
-from ..language.curve import reductions
+from ..language.curve import TOTALS, CurveReduction, reductions
 from ..language.symbols import COUNTS
 from .counts_check import check as check_counts
+from .domain import Domain, candidates, domain_problem
 
-__all__ = ["CurveCheckReport", "check", "local_directions", "sample_curves"]
+__all__ = ["CurveCheckReport", "check", "curve_domain_problem", "local_directions", "sample_curves"]
 
 #: The moves a batch allows, as the 2x2 reports name them.
 MOVES = ("FN->TP", "TN->FP")
@@ -187,3 +188,27 @@ def check(expr: sympy.Expr, kernel: Callable[..., Any], undefined: list[tuple[st
         {f"dV/d{k}_k": _direction(np.concatenate(v), scale) for k, v in grads.items()},
         samples, witness, (float(finite.min()), float(finite.max())) if finite.size else None,
         higher_is_better, local_directions(expr))
+
+
+def curve_domain_problem(expr: sympy.Expr,
+                         samples: Callable[[tuple[CurveReduction, ...]], tuple[tuple[float, ...], ...]]
+                         ) -> str | None:
+    """Why a curve metric is not real on some curve, or ``None``: each reduction's local formulas
+    over the counts (the 2 x 2 domain), then the outer expression over the reductions' values and
+    the totals, searched at ``samples(nodes)``: rows ``(r_0, ..., P, N)`` that curves reach (the
+    exact values on random monotone curves, which the facade computes; called only where the
+    outer expression has a piece that needs a nonnegative base)."""
+    nodes = tuple(reductions(expr))
+    for node in nodes:
+        for arg in node.args:
+            if arg.free_symbols & set(COUNTS.values()) and (problem := domain_problem(arg)) is not None:
+                return f"in {node.keyword}(...), {problem}"
+    syms = tuple(sympy.Symbol(f"r{j}") for j in range(len(nodes)))
+    outer = expr.xreplace(dict(zip(nodes, syms, strict=True)))
+    variables = (*syms, *TOTALS.values())
+    if not candidates(outer, variables):
+        return None
+    names = tuple(str(n) if len(str(n)) <= 40 else f"{n.keyword}(...)" for n in nodes)
+    domain = Domain(variables, samples(nodes), (*names, *TOTALS),
+                    {t: sympy.Symbol(t.name, positive=True) for t in TOTALS.values()})
+    return domain_problem(outer, domain, shown=dict(zip(syms, nodes, strict=True)))

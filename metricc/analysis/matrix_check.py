@@ -15,9 +15,43 @@ import sympy
 
 from ..language.matrix import display
 from ..language.symbols import C
-from .matrix import is_nonnegative, positive_fallback
+from .domain import Domain, candidates, describe, negative_at, sample_points
+from .matrix import entry_symbols, expand, is_nonnegative, positive_fallback
 
-__all__ = ["MatrixCheckReport", "MatrixSingularity", "check", "singularities"]
+__all__ = ["MatrixCheckReport", "MatrixSingularity", "check", "matrix_domain", "matrix_domain_problem",
+           "singularities"]
+
+
+def matrix_domain(k: int) -> Domain:
+    """What the domain check is told of a ``k x k`` matrix: ``k^2`` entries ``>= 0``, sampled
+    log-uniformly after two plain matrices (all ones; 2 on the diagonal, 1 off it)."""
+    entries = [s for row in entry_symbols(k) for s in row]
+    simple = (tuple(1.0 for _ in entries), tuple(2.0 if i == j else 1.0 for i in range(k) for j in range(k)))
+    names = tuple(f"C[{i},{j}]" for i in range(k) for j in range(k))
+    return Domain(tuple(entries), simple + sample_points(k * k, seed=k), names)
+
+
+def matrix_domain_problem(expr: sympy.Expr, matrices: dict[str, Any] | None = None,
+                          sizes: Sequence[int] = (2, 3)) -> str | None:
+    """Why a K x K metric is not real for some nonnegative matrix, or ``None``: each piece that
+    needs a nonnegative base (:func:`metricc.analysis.domain.candidates`) not nonnegative by
+    structure is written out for ``K`` in ``sizes`` and searched for a negative witness.
+
+    >>> import metricc
+    >>> print(matrix_domain_problem(metricc.compile("multiclass_mcc").expr))
+    None
+    """
+    for base, is_log in candidates(expr):
+        if not base.has(C) or is_nonnegative(base):
+            continue
+        for k in sizes:
+            concrete, _ = expand(base, k, matrices)
+            domain = matrix_domain(k)
+            point = negative_at(concrete, domain)
+            if point is not None:
+                rows = [", ".join(f"{point[i * k + j]:g}" for j in range(k)) for i in range(k)]
+                return describe(display(base), is_log, "C = [" + "; ".join(rows) + "]")
+    return None
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from ..errors import MetricError
 from ..language.symbols import COUNTS, DERIVED
 from . import counts, curve, matrix
 
-__all__ = ["STATISTICS", "Statistic", "analysis_errors", "as_rational", "check_counts_expr", "resolve",
-           "statistic_of", "training_warning"]
+__all__ = ["STATISTICS", "Statistic", "analysis_errors", "as_rational", "check_counts_expr", "refuse_unreal",
+           "resolve", "statistic_of", "training_warning"]
 
 
 @dataclass(frozen=True)
@@ -148,9 +148,15 @@ def check_counts_expr(expr: sympy.Expr, text: str) -> None:
         raise MetricError(f"formula {text.strip()!r} is complex-valued")
     from .domain import domain_problem
 
-    if (problem := domain_problem(expr)) is not None:
-        # The loss would be NaN, with NaN gradients, wherever a batch lands there.
-        raise MetricError(f"formula {text.strip()!r} is not real for all counts: {problem}")
+    refuse_unreal(text, domain_problem(expr), "counts")
+
+
+def refuse_unreal(text: str, problem: str | None, over: str) -> None:
+    """Refuse a formula of any statistic that the domain check found not real somewhere
+    (``problem``, from :mod:`metricc.analysis.domain`) for all ``over`` (counts, matrices, curves):
+    the loss would be NaN, with NaN gradients, wherever a batch lands there."""
+    if problem is not None:
+        raise MetricError(f"formula {text.strip()!r} is not real for all {over}: {problem}")
 
 
 @contextmanager

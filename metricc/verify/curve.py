@@ -1,12 +1,15 @@
 """``verify()`` of a curve metric: the generated gradient proved, the loss's gradient compared.
 
-Symbolically: the generated ``curve_and_gradient`` is run on SymPy symbols (:func:`run_symbolically`)
-for ``T = 3`` and ``4`` thresholds and compared with SymPy's derivatives of the reductions
-written out over ``TP_0 .. TP_{T-1}, FP_0 ..`` (:func:`expanded`): ``cancel(a - b) == 0`` for
-rational functions, else at exact rational points to 40 digits (min/max cuts and the smooth
-maximum's exponentials). Numerically, in float64: the loss's gradient w.r.t. the scores equals
-autograd of a plain implementation (a dense ``n x T`` soft histogram and the value kernel) and
-finite differences (``torch.autograd.gradcheck``), for a couple of relaxation settings.
+Symbolically: the generated ``curve_and_gradient`` is run on SymPy symbols (:func:`run_symbolically`,
+the function table's stand-ins of :func:`metricc.verify.proofs.vectorized_torch` plus the array
+operations a curve kernel makes) for ``T = 3`` and ``4`` thresholds and compared with SymPy's
+derivatives of the reductions written out over ``TP_0 .. TP_{T-1}, FP_0 ..`` (:func:`expanded`,
+guarded by the outer guard the kernel has, :func:`metricc.analysis.curve.outer_form`), by the
+equality every statistic uses (:func:`metricc.verify.proofs.symbolic_equal`: exact random points,
+then a proof in the bounded worker). Numerically, in float64 (:mod:`metricc.verify.numeric`): the
+loss's value and gradient w.r.t. the scores equal autograd of a plain implementation (a dense
+``n x T`` soft histogram and the value kernel) and central finite differences, for a couple of
+relaxation settings.
 """
 
 from __future__ import annotations
@@ -18,47 +21,47 @@ from typing import Any
 import numpy as np
 import sympy
 
+from ..analysis.budget import PROOF_SECONDS, limit
 from ..analysis.counts import guard
+from ..analysis.curve import outer_form
 from ..errors import MetricError
-from ..language.curve import Area, AreaWithin, Best, BestWhere, CurveReduction, Steps, reductions
-from ..language.functions import TORCH_CALLS
+from ..language.curve import Area, AreaWithin, Best, BestWhere, CurveReduction, Steps
+from ..language.symbols import EPS
 from . import proofs
+from .numeric import against_reference
 from .report import Check, VerificationReport, finish
 
-__all__ = ["expanded", "prove_gradient", "run_symbolically", "sympy_torch", "verify_curve"]
+__all__ = ["CURVE_ARRAY_CALLS", "curve_torch", "expanded", "prove_gradient", "run_symbolically",
+           "verify_curve"]
+
+#: What a curve kernel calls on ``torch`` besides the function table's elementwise calls:
+#: reductions over the threshold axis and zero padding (see :func:`curve_torch`).
+CURVE_ARRAY_CALLS = ("sum", "softmax", "nn")
 
 
-def _vectorised(fn: Callable[[sympy.Expr], sympy.Expr]) -> Callable[[Any], Any]:
-    return np.vectorize(fn, otypes=[object])
-
-
-def sympy_torch() -> SimpleNamespace:
-    """The torch calls the curve kernels make, on numpy arrays of SymPy expressions."""
+def curve_torch() -> SimpleNamespace:
+    """``torch`` for curve kernels on numpy object arrays of SymPy expressions: the function
+    table's stand-ins (:func:`metricc.verify.proofs.vectorized_torch`, ``min``/``max``
+    undecided) and the curve's array operations."""
+    table = proofs.vectorized_torch(undecided=True)
 
     def softmax(a: np.ndarray, dim: int) -> np.ndarray:
-        e = _vectorised(sympy.exp)(a)
-        return e / e.sum(axis=dim, keepdims=True)
+        e = table.exp(a)
+        return e / e.sum(axis=dim, keepdims=True)  # type: ignore[no-any-return]
 
     def pad(x: np.ndarray, widths: tuple[int, int]) -> np.ndarray:
         zeros = [np.full((*x.shape[:-1], w), sympy.S.Zero, dtype=object) for w in widths]
         return np.concatenate([zeros[0], x, zeros[1]], axis=-1)
 
-    def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:
-        return _vectorised(lambda e: TORCH_CALLS["clamp"].sympy(e, min, max))(x)
-
-    sigmoid = _vectorised(TORCH_CALLS["sigmoid"].sympy)  # the function table's stand-ins
-    functional = SimpleNamespace(pad=pad, logsigmoid=_vectorised(lambda z: -sympy.log(1 + sympy.exp(-z))))
-    return SimpleNamespace(
-        sum=lambda x, dim: np.sum(x, axis=dim), softmax=softmax, sigmoid=sigmoid, clamp=clamp,
-        zeros_like=lambda x: np.full(np.shape(x), sympy.S.Zero, dtype=object), sign=_vectorised(sympy.sign),
-        sqrt=_vectorised(sympy.sqrt), log=_vectorised(sympy.log), exp=_vectorised(sympy.exp),
-        nn=SimpleNamespace(functional=functional))
+    functional = SimpleNamespace(pad=pad, logsigmoid=lambda z: table.log(table.sigmoid(z)))
+    return SimpleNamespace(**vars(table), sum=lambda x, dim: np.sum(x, axis=dim), softmax=softmax,
+                           nn=SimpleNamespace(functional=functional))
 
 
 def run_symbolically(source: str, *args: Any) -> tuple[Any, ...]:
     """``curve_and_gradient`` of generated ``source`` run on object arrays of SymPy expressions."""
     return proofs.run_symbolically(source, "curve_and_gradient", *args,  # type: ignore[no-any-return]
-                                   namespace={"torch": sympy_torch()})
+                                   namespace={"torch": curve_torch()})
 
 
 def _reduction_value(node: CurveReduction, T: int, at: Callable[[sympy.Expr, int], sympy.Expr],
@@ -83,49 +86,46 @@ def _reduction_value(node: CurveReduction, T: int, at: Callable[[sympy.Expr, int
 
 def expanded(expr: sympy.Expr, T: int, tp: list[sympy.Symbol], fp: list[sympy.Symbol], P: sympy.Symbol,
              N: sympy.Symbol, eps: sympy.Symbol, tau: sympy.Symbol, tau_g: sympy.Symbol) -> sympy.Expr:
-    """The guarded metric as one plain SymPy expression over ``TP_0..TP_{T-1}, FP_0...``."""
+    """The guarded metric as one plain SymPy expression over ``TP_0..TP_{T-1}, FP_0...``: each
+    reduction written out from its guarded local formulas, in the outer expression guarded as
+    the kernel's (:func:`metricc.analysis.curve.outer_form`, the one outer guard)."""
     c = sympy.symbols("TP FP FN TN")
 
     def at(e: sympy.Expr, k: int) -> sympy.Expr:
         return guard(e, eps).xreplace(dict(zip(c, (tp[k], fp[k], P - tp[k], N - fp[k]), strict=True)))
 
-    values = {node: _reduction_value(node, T, at, tau, tau_g) for node in reductions(expr)}
-    outer = expr.xreplace(values)
-    # the outer guard of the kernel: 1/ap -> ap/(ap^2 + eps^2), /n -> /(n + eps)
-    return outer.replace(lambda e: isinstance(e, sympy.Pow) and e.exp == -1 and e.base.has(P),
-                         lambda e: 1 / (e.base + eps)) if expr.has(sympy.Symbol("P")) else outer
+    form = outer_form(expr, eps)
+    totals = {sympy.Symbol("P"): P, sympy.Symbol("N"): N}
+    values = {s: _reduction_value(node, T, at, tau, tau_g) for s, node in zip(form.symbols, form.nodes, strict=True)}
+    return form.value.xreplace({**totals, **values})  # type: ignore[no-any-return]
 
 
 def prove_gradient(expr: sympy.Expr, source: str, T: int, seed: int = 0) -> tuple[bool, str]:
     """Whether the value and gradient of ``source`` equal SymPy's for ``T`` thresholds:
-    ``(ok, how)``; symbolic (``cancel``) for rational metrics, else at exact rational points."""
-    tp, fp = list(sympy.symbols(f"TP_0:{T}")), list(sympy.symbols(f"FP_0:{T}"))
-    P, N, eps, tau, tau_g = sympy.symbols("P N eps tau tau_g")
+    ``(ok, how)``, by :func:`metricc.verify.proofs.symbolic_equal` (exact random points, then a
+    proof within the time budget, in the bounded worker)."""
+    # counts are nonnegative reals: |x|' is sign(x) (over complex symbols, Derivative(re(...)) terms)
+    tp, fp = (list(sympy.symbols(f"{c}_0:{T}", nonnegative=True)) for c in ("TP", "FP"))
+    P, N, tau, tau_g = sympy.symbols("P N tau tau_g", positive=True)
 
     def obj(xs: list[Any]) -> np.ndarray:  # a batch of one: numpy keeps 0-d results arrays
         return np.array([xs], dtype=object)
 
-    value, dtp, dfp = run_symbolically(source, obj(tp), obj(fp), obj(P), obj(N), eps, tau, tau_g)
-    want = expanded(expr, T, tp, fp, P, N, eps, tau, tau_g)
-    pairs = [(value[0], want)] + [(dtp[0][k], sympy.diff(want, tp[k])) for k in range(T)]
-    pairs += [(dfp[0][k], sympy.diff(want, fp[k])) for k in range(T)]
-    rational = all(isinstance(n, (Area, Steps)) for n in reductions(expr))  # a rational function
-    rng = np.random.default_rng(seed + T)
-    for got, ref in pairs:
-        if rational and sympy.cancel(sympy.together(got - ref)) != 0:
-            return False, f"T={T}: {got} != {ref}"
-        for _ in range(2):
-            # generic points (no count 0, no cut at lo or hi): kinks have more than one subgradient
-            tps = sorted(rng.integers(1, 40, T), reverse=True)
-            fps = sorted(rng.integers(1, 90, T), reverse=True)
-            point = {P: 41, N: 97, eps: sympy.Rational(1, 1000), tau: sympy.Rational(1, 20),
-                     tau_g: sympy.Rational(1, 50),
-                     **{s: sympy.Integer(v) for s, v in zip(tp, tps, strict=True)},
-                     **{s: sympy.Integer(v) for s, v in zip(fp, fps, strict=True)}}
-            if not abs(sympy.N((got - ref).xreplace(point), 50)) < sympy.Float("1e-40"):
-                return False, f"T={T}: differs at TP={tps}, FP={fps}"
-    how = "cancel(a - b) == 0 and" if rational else "at"
-    return True, f"{how} exact rational points, {2 * T} partials and the value (T={T})"
+    value, dtp, dfp = run_symbolically(source, obj(tp), obj(fp), obj(P), obj(N), EPS, tau, tau_g)
+    want = expanded(expr, T, tp, fp, P, N, EPS, tau, tau_g)
+    pairs = [("the value", value[0], want)]
+    pairs += [(f"d/d{s}", dtp[0][k], sympy.diff(want, s)) for k, s in enumerate(tp)]
+    pairs += [(f"d/d{s}", dfp[0][k], sympy.diff(want, s)) for k, s in enumerate(fp)]
+    hows = set()
+    for what, got, ref in pairs:
+        printed = proofs.as_printed(ref)  # constants past 2**53 are float64 literals in the kernel
+        ok, how, cex = proofs.symbolic_equal(got, printed, seed + T, relative=(
+            proofs.RELATIVE if printed == ref else proofs.ROUNDED_RELATIVE))
+        if not ok:
+            at = ", ".join(f"{k}={v:g}" for k, v in (cex or {}).items())
+            return False, f"T={T}: {what} differs from SymPy's at {at}"
+        hows.add(how)
+    return True, f"{2 * T} partials and the value (T={T}): " + "; ".join(sorted(hows))
 
 
 def _dense_curve(s: Any, y: Any, relax: Any, from_logits: bool) -> tuple[Any, Any]:
@@ -157,34 +157,23 @@ def _numeric_checks(loss_class: Any, report: VerificationReport, seed: int, size
     y = (torch.rand(size, generator=gen) < 0.4).to(torch.float64)
     y[:2] = torch.tensor([0.0, 1.0])
     # separable enough that bounds such as precision >= 0.9 are met somewhere (a live gradient)
-    x0 = (torch.randn(size, generator=gen, dtype=torch.float64) + 2.5 * y).requires_grad_()
-    sign = -1.0 if loss_class.higher_is_better else 1.0
+    x0 = torch.randn(size, generator=gen, dtype=torch.float64) + 2.5 * y
     options: tuple[dict[str, Any], ...] = ({"bins": 9, "width": 1.0, "space": "probability"},
                                            {"bins": 7, "width": 2.0, "space": "logit", "clip": 3.0})
     for opts in options:
         loss = loss_class(from_logits=True, eps=1e-7, **opts)
         relax = CurveRelaxation(**opts)
-        label = f"{relax.space}, bins={relax.bins}, width={int(relax.width)}"
 
-        def plain(x: Any, relax: Any = relax, loss: Any = loss) -> Any:
-            tp, fp = _dense_curve(x, y, relax, True)
-            pos, neg = y.sum(), (1 - y).sum()
-            v = loss.curve_value(tp, fp, pos, neg, loss.eps, loss.smooth_max.tau, loss.smooth_max.tau_gate)
-            return (1 + sign * v) if sign < 0 else v
+        def plain(x: Any, target: Any, relax: Any = relax, loss: Any = loss) -> Any:
+            tp, fp = _dense_curve(x, target, relax, True)
+            v = loss.curve_value(tp, fp, target.sum(), (1 - target).sum(), loss.eps, loss.smooth_max.tau,
+                                 loss.smooth_max.tau_gate)
+            return 1 - v if loss_class.higher_is_better else v
 
-        (g_sym,) = torch.autograd.grad(loss(x0, y), x0)
-        (g_ref,) = torch.autograd.grad(plain(x0), x0)
-        err = float((g_sym - g_ref).abs().max())
-        report.checks.append(Check(f"loss gradient = autograd of a plain implementation ({label})",
-                                   err <= 1e-9 * max(1.0, float(g_ref.abs().max())),
-                                   f"float64, N={size}, max |difference| {err:.2e}"))
-        try:
-            ok = torch.autograd.gradcheck(lambda x, loss=loss: loss(x, y), (x0.detach().clone().requires_grad_(),),
-                                          eps=1e-7, atol=1e-6, rtol=1e-4)
-            how = "torch.autograd.gradcheck, float64"
-        except torch.autograd.gradcheck.GradcheckError as e:  # type: ignore[attr-defined]
-            ok, how = False, str(e).splitlines()[0]
-        report.checks.append(Check(f"loss gradient = finite differences ({label})", bool(ok), how))
+        # the curve loss has one backward, the symbolic one
+        against_reference(report, f"{relax.space}, bins={relax.bins}, width={int(relax.width)}",
+                          lambda _backward, loss=loss: loss, x0, y, plain, f"float64, N={size}",
+                          finite_differences=("symbolic",), backwards=("symbolic",))
 
 
 def verify_curve(expr: sympy.Expr, kernels_source: str, loss_class: Any, label: str, *, seed: int = 0,
@@ -198,9 +187,10 @@ def verify_curve(expr: sympy.Expr, kernels_source: str, loss_class: Any, label: 
     True
     """
     report = VerificationReport()
-    for T in sizes:
-        ok, how = prove_gradient(expr, kernels_source, T, seed)
-        report.checks.append(Check(f"{label}: generated gradient = SymPy derivative (T={T})", ok, how))
+    with limit(2 * PROOF_SECONDS):  # proofs past it are skipped; the checks still run (as 2 x 2)
+        for T in sizes:
+            ok, how = prove_gradient(expr, kernels_source, T, seed)
+            report.checks.append(Check(f"{label}: generated gradient = SymPy derivative (T={T})", ok, how))
     if numeric:
         _numeric_checks(loss_class, report, seed, size)
     return finish(report, raise_on_failure)

@@ -20,6 +20,7 @@ from typing import Any
 
 import sympy
 
+from ..analysis.budget import PROOF_SECONDS, limit
 from ..analysis.matrix import expand, guard_matrix
 from ..language.functions import KERNEL_METHODS
 from ..language.symbols import EPS, Present
@@ -191,7 +192,8 @@ def verify_matrix_data(metric: MatrixSubject, *, seed: int = 0, size: int = 24,
                        raise_on_failure: bool = True) -> VerificationReport:
     """Run every check on a K x K metric given as data."""
     report = VerificationReport()
-    _symbolic_checks(metric, report, seed, sizes)
+    with limit(2 * PROOF_SECONDS):  # proofs past it are skipped; the checks still run (as 2 x 2)
+        _symbolic_checks(metric, report, seed, sizes)
     if numeric:
         _numeric_checks(metric, report, seed, size, metric.num_classes or 4)
     return finish(report, raise_on_failure)

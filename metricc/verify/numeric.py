@@ -106,13 +106,15 @@ def finite_difference_check(name: str, fn: Callable[[Any], Any], x0: Any, grad: 
 def against_reference(report: VerificationReport, label: str, make_module: Any, x0: Any,
                       target: Any, reference: Any, where: str,
                       finite_differences: tuple[str, ...] = ("symbolic", "autograd"),
-                      constant: bool = False, elements: int | None = None) -> None:
+                      constant: bool = False, elements: int | None = None,
+                      backwards: tuple[str, ...] = ("symbolic", "autograd")) -> None:
     """The loss of each backward mode (``make_module(backward)``) at ``x0`` against a plain
     implementation's (``reference(x, target)``, differentiated by autograd): value and
     gradient, then the gradient of the modes in ``finite_differences`` against central
     differences, all in float64. ``constant``: the metric ignores the predictions, so the
     gradient must be exactly 0 (finite differences of it would measure rounding).
-    ``label`` has a ``{backward}`` field; ``elements`` as in :func:`finite_difference_check`.
+    ``label`` has a ``{backward}`` field; ``elements`` as in :func:`finite_difference_check`;
+    ``backwards``: the modes the loss has (a curve loss has only the symbolic one).
     ``make_module`` must not warn (``warn_monotonicity=False``: verify() checks gradients of
     any formula, wise as a loss or not): a ``warnings.catch_warnings`` here was process state
     that threads verifying at once left changed.
@@ -122,7 +124,7 @@ def against_reference(report: VerificationReport, label: str, make_module: Any, 
     xr = x0.clone().requires_grad_(True)
     ref_value = reference(xr, target)
     (ref_grad,) = torch.autograd.grad(ref_value, xr)
-    for backward in ("symbolic", "autograd"):
+    for backward in backwards:
         name = label.format(backward=backward)
         module = make_module(backward)
         x = x0.clone().requires_grad_(True)

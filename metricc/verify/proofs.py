@@ -124,8 +124,9 @@ def undecided_torch() -> Any:
     return SimpleNamespace(**{**vars(sympy_torch()), "minimum": lo, "maximum": hi, "clamp": clamp})
 
 
-def vectorized_torch() -> Any:
-    """The SymPy stand-ins of :data:`TORCH_CALLS`, elementwise on numpy object arrays."""
+def vectorized_torch(undecided: bool = False) -> Any:
+    """The SymPy stand-ins of :data:`TORCH_CALLS`, elementwise on numpy object arrays
+    (``undecided``: those of :func:`undecided_torch`)."""
     import numpy as np
 
     def vec(fn: Any) -> Any:
@@ -135,7 +136,8 @@ def vectorized_torch() -> Any:
             return np.vectorize(lambda *x: fn(*x, **kw), otypes=[object])(*a)
         return call
 
-    return SimpleNamespace(**{n: vec(c.sympy) for n, c in TORCH_CALLS.items()})
+    calls = vars(undecided_torch()) if undecided else {n: c.sympy for n, c in TORCH_CALLS.items()}
+    return SimpleNamespace(**{n: vec(c) for n, c in calls.items()})
 
 
 def working_digits(*exprs: sympy.Expr) -> int:
