@@ -17,6 +17,7 @@ import numpy as np
 import sympy
 
 from .analysis.curve import DEFAULT_TAU, DEFAULT_TAU_GATE, PairTerm, curve_undefined_where, local_form, outer_form
+from .analysis.curve_bounds import check_bounds
 from .analysis.curve_check import CurveCheckReport, check, curve_domain_problem, sample_curves
 from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational, refuse_unreal
 from .errors import MetricError
@@ -42,8 +43,9 @@ _NOT_CURVE_OPTIONS = {
 }
 
 
-def _check_ranges(formula: CurveFormula, params: Mapping[str, Any], expr: sympy.Expr) -> None:
-    """``max_fpr`` in (0, 1]; any ``area(y, x, lo, hi)`` range non-empty."""
+def _check_ranges(formula: CurveFormula, params: Mapping[str, Any], expr: sympy.Expr, what: str) -> None:
+    """``max_fpr`` in (0, 1]; any ``area(y, x, lo, hi)`` range non-empty and within the range
+    of ``x``; every ``best(f, g >= b)`` bound within the range of ``g`` (:func:`check_bounds`)."""
     v = params.get("max_fpr")
     if "max_fpr" in formula.parameters and v is not None and not (0 < float(v) <= 1):
         raise MetricError(f"max_fpr must be in (0, 1] (the ROC area is taken over fpr in [0, max_fpr], "
@@ -52,6 +54,7 @@ def _check_ranges(formula: CurveFormula, params: Mapping[str, Any], expr: sympy.
         lo, hi = node.args[2:]
         if lo.is_number and hi.is_number and not bool(lo < hi):
             raise MetricError(f"area(y, x, {lo}, {hi}): the range [lo, hi] is empty; write lo < hi")
+    check_bounds(formula.expr, params, what)
 
 
 def _reduction_samples(nodes: tuple[CurveReduction, ...]) -> tuple[tuple[float, ...], ...]:
@@ -184,7 +187,7 @@ class CurveMetric(Metric):
         super().__init__(formula, params, name, higher_is_better, constraints)
         subs = {sympy.Symbol(k): as_rational(k, params[k]) for k in formula.parameters}
         self._expr: sympy.Expr = formula.expr.xreplace(subs)
-        _check_ranges(formula, params, self._expr)
+        _check_ranges(formula, params, self._expr, name or "the curve formula")
         with analysis_errors(self.text):
             refuse_unreal(self.text, curve_domain_problem(self._expr, _reduction_samples), "curves")
             self._outer = outer_form(self._expr)

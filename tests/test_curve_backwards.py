@@ -33,8 +33,10 @@ def dense_loss(z: torch.Tensor, y: torch.Tensor, tau: float, tau_gate: float) ->
     step = (u[:, None] - torch.arange(T, dtype=z.dtype)[None] + 1).clamp(0, 1)  # score >= t_k
     tp, fp = (step * y[:, None]).sum(0), (step * (1 - y[:, None])).sum(0)
     precision, recall = tp / (tp + fp + EPS), tp / (y.sum() + EPS)
-    w = torch.softmax(precision / tau + torch.nn.functional.logsigmoid((recall - TARGET) / tau_gate), 0)
-    return 1 - (w * precision).sum()
+    log_gate = torch.nn.functional.logsigmoid((recall - TARGET) / tau_gate)
+    p = log_gate.exp() * precision + tau * tau_gate * log_gate  # the gated value
+    w = torch.softmax(p / tau + log_gate, 0)
+    return 1 - (w * p).sum()
 
 
 def grad(fn, z: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -54,8 +54,11 @@ def _steps(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _best(f: torch.Tensor, d: torch.Tensor | None = None) -> torch.Tensor:
-    a = f / TAU + (torch.nn.functional.logsigmoid(d / TAU_G) if d is not None else 0)
-    return (torch.softmax(a, -1) * f).sum(-1)
+    if d is None:
+        return (torch.softmax(f / TAU, -1) * f).sum(-1)
+    log_gate = torch.nn.functional.logsigmoid(d / TAU_G)
+    p = log_gate.exp() * f + TAU * TAU_G * log_gate  # f where the bound holds, about TAU d where not
+    return (torch.softmax(p / TAU + log_gate, -1) * p).sum(-1)
 
 
 def _reference(name: str, TP: torch.Tensor, FP: torch.Tensor, P: torch.Tensor, N: torch.Tensor) -> torch.Tensor:

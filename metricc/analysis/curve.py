@@ -29,8 +29,8 @@ NEXT: dict[sympy.Symbol, sympy.Symbol] = {s: sympy.Symbol(f"{s.name}1") for s in
 #: The smooth maximum's temperature and the bound's gate temperature (kernel arguments).
 TAU = sympy.Symbol("tau", positive=True)
 TAU_GATE = sympy.Symbol("tau_gate", positive=True)
-#: Their documented defaults: tau_gate well below tau, so violating the bound by delta costs as
-#: much as f lower by delta * tau / tau_gate (10 delta) and the gate wins over f.
+#: Their documented defaults: tau_gate well below tau, so in the weights violating the bound by
+#: delta costs as much as f lower by delta * tau / tau_gate (10 delta) and the gate wins over f.
 DEFAULT_TAU, DEFAULT_TAU_GATE = 0.01, 0.001
 _NONNEG = {s: sympy.Symbol(s.name, nonnegative=True) for s in [*COUNTS.values(), *NEXT.values()]}
 _BACK = {v: k for k, v in _NONNEG.items()}
@@ -56,11 +56,15 @@ class PairTerm:
 
 @dataclass(frozen=True)
 class PointTerm:
-    """The smooth ``best``: ``R = sum_k w_k f_k`` with ``w = softmax(a)``,
-    ``a_k = f_k/tau + log sigmoid(d_k/tau_gate)`` (no gate where ``d`` is ``None``).
+    """The smooth ``best``: ``R = sum_k w_k f_k`` with ``w = softmax(f/tau)`` where ``d`` is
+    ``None``; with a bound, ``f_k`` gives way to the gated value
+    ``p_k = s_k f_k + tau tau_gate log s_k``, ``s_k = sigmoid(d_k/tau_gate)``:
+    ``R = sum_k w_k p_k``, ``w = softmax(p/tau + log s)``. Where the bound holds ``p_k = f_k``;
+    where it fails ``p_k`` is about ``tau d_k``, a little below 0 (the exact value where no
+    threshold meets the bound), so an unmet bound never reads as a high value.
 
-    ``dR/da_k = w_k (f_k - R)``, so ``dR/dTP_k = w_k (f_tp (1 + (f_k - R)/tau)
-    + d_tp (f_k - R)(1 - sigmoid(d_k/tau_gate))/tau_gate)``.
+    ``dR/dp_k = w_k (1 + (p_k - R)/tau)``, ``dR/dlog s_k = w_k (p_k - R)``; ``dp/df = s``,
+    ``dp/dd = (1 - s)(s f/tau_gate + tau)``, ``dlog s/dd = (1 - s)/tau_gate``.
     """
 
     f: sympy.Expr

@@ -77,9 +77,16 @@ def _points(terms: list[tuple[int, PointTerm]], gradient: bool) -> list[str]:
                 outputs += [(f"d{j}_tp", t.d_tp), (f"d{j}_fp", t.d_fp)]
     lines = _assignments(outputs, "v", "TP")
     for j, t in terms:
-        gate = "" if t.d is None else f" + torch.nn.functional.logsigmoid(d{j}/tau_gate)"
-        lines += [f"    w{j} = torch.softmax(f{j}/tau{gate}, -1)",
-                  f"    r{j} = torch.sum(w{j}*f{j}, -1)"]
+        if t.d is None:
+            lines += [f"    w{j} = torch.softmax(f{j}/tau, -1)", f"    r{j} = torch.sum(w{j}*f{j}, -1)"]
+            continue
+        # the gated value p = k f + tau tau_gate log k, k = sigmoid(d/tau_gate): f where the
+        # bound holds, about tau d (a little below 0, the exact value) where it fails
+        lines += [f"    k{j} = torch.sigmoid(d{j}/tau_gate)",
+                  f"    l{j} = torch.nn.functional.logsigmoid(d{j}/tau_gate)",
+                  f"    p{j} = k{j}*f{j} + tau*tau_gate*l{j}",
+                  f"    w{j} = torch.softmax(p{j}/tau + l{j}, -1)",
+                  f"    r{j} = torch.sum(w{j}*p{j}, -1)"]
     return lines
 
 
@@ -93,11 +100,19 @@ def _gradient(locals_: list[PairTerm | PointTerm]) -> list[str]:
             for c in parts:
                 parts[c].append(f"e{j}*({_PAD}(c{j}_{c}, (0, 1)) + {_PAD}(n{j}_{c}, (1, 0)))")
             continue
-        lines += [f"    s{j} = f{j} - r{j}[..., None]", f"    q{j} = e{j}*w{j}*(1 + s{j}/tau)"]
-        if t.d is not None:
-            lines.append(f"    z{j} = e{j}*w{j}*s{j}*torch.sigmoid(-d{j}/tau_gate)/tau_gate")
+        if t.d is None:
+            lines += [f"    s{j} = f{j} - r{j}[..., None]", f"    q{j} = e{j}*w{j}*(1 + s{j}/tau)"]
+            for c in parts:
+                parts[c].append(f"q{j}*f{j}_{c}")
+            continue
+        # dR/dp = w (1 + (p - R)/tau), dR/dlog k = w (p - R); dp/df = k,
+        # dp/dd = (1 - k)(k f/tau_gate + tau), dlog k/dd = (1 - k)/tau_gate
+        lines += [f"    s{j} = p{j} - r{j}[..., None]", f"    q{j} = e{j}*w{j}*(1 + s{j}/tau)",
+                  f"    z{j} = (q{j}*(k{j}*f{j}/tau_gate + tau) + e{j}*w{j}*s{j}/tau_gate)"
+                  f"*torch.sigmoid(-d{j}/tau_gate)",
+                  f"    q{j} = q{j}*k{j}"]
         for c in parts:
-            parts[c].append(f"q{j}*f{j}_{c}" + (f" + z{j}*d{j}_{c}" if t.d is not None else ""))
+            parts[c].append(f"q{j}*f{j}_{c} + z{j}*d{j}_{c}")
     for c, terms in parts.items():
         lines.append(f"    d{c.upper()} = torch.zeros_like({c.upper()}) + " + " + ".join(terms))
     return lines

@@ -36,6 +36,7 @@ from torch import Tensor
 from torchmetrics import Metric as _TorchMetric
 from torchmetrics.utilities.data import dim_zero_cat
 
+from ..analysis.curve_bounds import check_bounds
 from ..errors import MetricError, MetricWarning
 from ..runtime.options import look_up_option
 from .curve import binned_counts, exact_curve
@@ -115,6 +116,7 @@ class CurveStatefulMetric(_TorchMetric):
         self.ignore_index, self.from_logits = ignore_index, from_logits
         # the formula and its parameters checked now, not at the end of an epoch
         evaluate_curve(expr, np.array([1.0, 0.0]), np.array([1.0, 0.0]), 1.0, 1.0, self.values)
+        check_bounds(expr, self.values)
         self.grid = None if thresholds is None else _grid(thresholds)
         # an int grid spans [0, 1]: scores must be probabilities (as binned_counts)
         self.on_probabilities = isinstance(thresholds, (int, np.integer)) and not isinstance(thresholds, bool)

@@ -70,6 +70,8 @@ def _reduction_value(node: CurveReduction, T: int, at: Callable[[sympy.Expr, int
         f = [at(node.args[0], k) for k in range(T)]
         gate = [sympy.S.One if isinstance(node, Best) else 1 / (1 + sympy.exp(-at(node.args[1], k) / tau_g))
                 for k in range(T)]
+        if isinstance(node, BestWhere):  # f gated by the bound, tau * (its violation) where it fails
+            f = [gate[k] * f[k] + tau * tau_g * sympy.log(gate[k]) for k in range(T)]
         w = [gate[k] * sympy.exp(f[k] / tau) for k in range(T)]
         return sum(w[k] * f[k] for k in range(T)) / sum(w)  # type: ignore[no-any-return]
     y, x = node.args[:2]
