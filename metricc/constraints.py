@@ -109,7 +109,21 @@ def build_constraints(formula: Formula | None, extra: Iterable[str],
                                       for p in formula.constraints]
     for text in extra:
         out.append(_constraint(parse_constraint(text), text, make_metric))
+    _refuse_duplicates(out)
     return tuple(out)
+
+
+def _refuse_duplicates(constraints: list[Constraint]) -> None:
+    """A constraint given twice (the same normalised metric, comparison and bound, however
+    written) would count twice in the loss's penalty and its multipliers: refuse it."""
+    seen: dict[tuple[Any, ...], str] = {}
+    for c in constraints:
+        key = (sympy.simplify(c.metric.expr), c.op, c.exact_bound)
+        if key in seen:
+            same = (f"'{c.text}' twice" if seen[key] == c.text
+                    else f"'{seen[key]}' and '{c.text}', the same constraint")
+            raise MetricError(f"the constraints list {same}; give each constraint once")
+        seen[key] = c.text
 
 
 # ----------------------------------------------------------------------------- check

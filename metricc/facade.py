@@ -253,7 +253,9 @@ class Metric(CountsScoring, ConstraintMethods):
         ``sigmoid``, or ``softmax`` (the multiclass default: the relaxed argmax
         ``softmax(logits / temperature)``, see docs/modes.md).
         Options: ``amplifier`` (73), ``slope``/``offset`` (sigmoid relaxation),
-        ``temperature`` (1, softmax relaxation),
+        ``temperature`` (1, softmax relaxation), ``alpha`` (self_adjusting relaxation):
+        an option of another relaxation than the one in use (``loss("linear",
+        amplifier=20)``) is a :class:`MetricError` naming the relaxation's options;
         ``from_logits``, ``backward`` (``"symbolic"`` or ``"autograd"``),
         ``multidim_average`` (``"global"`` or ``"samplewise"``), ``reduction``, ``eps``,
         ``mode`` (``"binary"``, ``"multiclass"``, ``"multilabel"``), ``average``
@@ -305,6 +307,10 @@ class Metric(CountsScoring, ConstraintMethods):
         # No relaxation given: the runtime class's own default decides (one rule for the
         # API, the CLI and standalone files).
         module: Loss = self.loss_class(*(() if relaxation is None else (relaxation,)), **options)
+        from .runtime.relax import refuse_foreign_options
+
+        # the relaxation in use (its default included) takes every relaxation option given
+        refuse_foreign_options(getattr(module, "relaxation", ""), options)
         if warn_monotonicity:
             self._warn_monotonicity()
         return module

@@ -19,10 +19,11 @@ from torch import Tensor
 
 from ..errors import MetricError
 from ..runtime.averages import class_average_weights, reduce_samples
-from ..runtime.hints import integer_preds_error, label_error
+from ..runtime.hints import integer_preds_error, label_error, warn_if_ignore_drops_positives
 from ..runtime.modes import binary_validate, class_rows
 from ..runtime.options import check_class_options, look_up_option, select_classes
 from .scale import check_threshold, out_of_range_error, probabilities, refuse_multiclass_threshold
+from .threshold import outside_stacklevel
 
 __all__ = ["MAX_ONEHOT", "check_inputs", "input_tensor", "score", "score_classes"]
 
@@ -125,7 +126,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
     if mode == "binary":
         binary_validate(p, t, ("preds", "target"), "")
         mask = None if ignore_index is None else t != ignore_index
-        _check_01(t, mask, "binary")
+        _check_01(t, mask, "binary", ignore_index=ignore_index)
         scores = p
         average = "micro"  # one class: every average is the same
     elif mode == "multilabel":
@@ -254,13 +255,19 @@ def check_01_preds(p: Tensor) -> None:
 
 
 def _check_01(t: Tensor, mask: Tensor | None, mode: str,
-              call: str = "score takes (preds, target)") -> None:
-    """Refuse targets other than 0 and 1 (where ``mask`` is True), with the loss's message."""
+              call: str = "score takes (preds, target)", ignore_index: int | None = None) -> None:
+    """Refuse targets other than 0 and 1 (where ``mask`` is True), with the loss's message;
+    warn, as the loss does, when ``ignore_index`` (``mask``) left only negatives."""
     ok = (t == 0) | (t == 1)
     if not bool((ok if mask is None else ok | ~mask).all()):
         kept = t if mask is None else t[mask]
         lo, hi = (float(v) for v in torch.aminmax(kept.double()))
         raise label_error(mode, lo, hi, hard=True, call=call)
+    if mask is not None and ignore_index is not None:
+        kept = t[mask]
+        if kept.numel() and not bool(kept.any()):  # every kept target 0: a 0/255 mask?
+            warn_if_ignore_drops_positives(t, ignore_index, mode, [0.0, 0.0],
+                                           stacklevel=outside_stacklevel() + 1)
 
 
 def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
@@ -272,7 +279,7 @@ def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
         raise MetricError(f"mode='multilabel' needs preds and target of the same shape (N, C, *), "
                           f"got {tuple(p.shape)} and {tuple(t.shape)}")
     mask = None if ignore_index is None else t != ignore_index
-    _check_01(t, mask, mode, call)
+    _check_01(t, mask, mode, call, ignore_index)
     return p
 
 

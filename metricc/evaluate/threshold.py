@@ -29,7 +29,7 @@ from ..errors import MetricError, MetricWarning
 from .objective import CountsBound, CountsObjective
 
 __all__ = ["ThresholdChoice", "ThresholdCounts", "as_array", "choose_threshold",
-           "threshold_counts"]
+           "outside_stacklevel", "threshold_counts"]
 
 
 class ThresholdCounts(NamedTuple):
@@ -209,7 +209,7 @@ def choose_threshold(objective: CountsObjective, scores: Any, target: Any, *,
     return ThresholdChoice(float(c.thresholds[i]), float(values[i]), float(confidence), bounds(i))
 
 
-def _outside_stacklevel() -> int:
+def outside_stacklevel() -> int:
     """The ``stacklevel`` at which a warning raised by the caller points at the first frame
     outside metricc, however many facade frames (methods, keyword checks) lie between."""
     frame, level = sys._getframe(1), 1
@@ -228,7 +228,7 @@ def _warn_single_class(c: ThresholdCounts) -> None:
     warnings.warn(f"best_threshold: every one of the {int(positives + negatives)} targets is "
                   f"{which}, so no threshold separates the classes and the one returned fits "
                   "this one class only; choose it on held-out data holding both classes",
-                  MetricWarning, stacklevel=_outside_stacklevel())
+                  MetricWarning, stacklevel=outside_stacklevel())
 
 
 def _feasible(own: Sequence[CountsBound], c: ThresholdCounts, confidence: float | None = None
