@@ -132,21 +132,32 @@ def _matrix_grad(m: Any, latex: bool) -> int:
 
 
 def _counts_grad(m: Any, latex: bool) -> int:
+    """The objective's derivatives, then each constraint's (``h`` for ``h >= b``/``h <= b``)."""
+    _counts_rows(m, latex, "f")
+    for i, c in enumerate(m.constraints, 1):
+        h = f"h{i}"
+        print(f"\nconstraint {i}: {c.text}  ({h} {c.op} {c.bound:g})" if not latex
+              else f"% constraint {i}: {c.text}")
+        _counts_rows(c.metric, latex, h)
+    return EXIT_OK
+
+
+def _counts_rows(m: Any, latex: bool, f: str) -> int:
     import sympy
 
     from .analysis.counts import simplify
 
     d = m.gradient
     g1, g0 = simplify(d["TP"] - d["FN"]), simplify(d["FP"] - d["TN"])
-    rows = [("f", m.expr), *((f"df/d{k}", d) for k, d in m.gradient.items()),
-            ("g1 = df/dTP - df/dFN", g1), ("g0 = df/dFP - df/dTN", g0)]
+    rows = [(f, m.expr), *((f"d{f}/d{k}", d) for k, d in m.gradient.items()),
+            (f"g1 = d{f}/dTP - d{f}/dFN", g1), (f"g0 = d{f}/dFP - d{f}/dTN", g0)]
     if latex:
         names = {s: rf"\mathrm{{{s.name}}}" for s in m.expr.free_symbols | set(
             sym for _, e in rows for sym in e.free_symbols)}
-        labels = {"f": "f", **{f"df/d{k}": rf"\frac{{\partial f}}{{\partial \mathrm{{{k}}}}}"
-                               for k in m.gradient},
-                  "g1 = df/dTP - df/dFN": r"g_1 = f_{\mathrm{TP}} - f_{\mathrm{FN}}",
-                  "g0 = df/dFP - df/dTN": r"g_0 = f_{\mathrm{FP}} - f_{\mathrm{TN}}"}
+        labels = {f: f, **{f"d{f}/d{k}": rf"\frac{{\partial {f}}}{{\partial \mathrm{{{k}}}}}"
+                           for k in m.gradient},
+                  f"g1 = d{f}/dTP - d{f}/dFN": rf"g_1 = {f}_{{\mathrm{{TP}}}} - {f}_{{\mathrm{{FN}}}}",
+                  f"g0 = d{f}/dFP - d{f}/dTN": rf"g_0 = {f}_{{\mathrm{{FP}}}} - {f}_{{\mathrm{{TN}}}}"}
         return _print_rows(rows, lambda label, e: (labels[label],
                                                    sympy.latex(e, symbol_names=names)))
     return _print_rows(rows)

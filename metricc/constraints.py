@@ -109,7 +109,21 @@ def build_constraints(formula: Formula | None, extra: Iterable[str],
                                       for p in formula.constraints]
     for text in extra:
         out.append(_constraint(parse_constraint(text), text, make_metric))
+    _refuse_duplicates(out)
     return tuple(out)
+
+
+def _refuse_duplicates(constraints: list[Constraint]) -> None:
+    """A constraint given twice (the same normalised metric, comparison and bound, however
+    written) would count twice in the loss's penalty and its multipliers: refuse it."""
+    seen: dict[tuple[Any, ...], str] = {}
+    for c in constraints:
+        key = (sympy.simplify(c.metric.expr), c.op, c.exact_bound)
+        if key in seen:
+            same = (f"'{c.text}' twice" if seen[key] == c.text
+                    else f"'{seen[key]}' and '{c.text}', the same constraint")
+            raise MetricError(f"the constraints list {same}; give each constraint once")
+        seen[key] = c.text
 
 
 # ----------------------------------------------------------------------------- check
@@ -251,21 +265,27 @@ class ConstraintMethods:
         cls: Any = type(self)
         return build_constraints(None, texts, lambda f, hib: cls(f, {}, None, hib))
 
-    def constraint_scores(self, preds: Any, target: Any, threshold: float = 0.5) -> dict[str, float]:
+    def constraint_scores(self, preds: Any, target: Any, threshold: float | None = None, *,
+                          from_logits: bool = False) -> dict[str, float]:
         """Each constraint's metric on hard predictions ``preds >= threshold`` (``nan``
-        where it is undefined, e.g. recall without positives).
+        where it is undefined, e.g. recall without positives); ``threshold`` and
+        ``from_logits`` as in :meth:`metricc.Metric.score` (0.5 by default; with
+        ``from_logits`` a probability compared with ``sigmoid(preds)``).
 
         >>> import metricc
         >>> m = metricc.compile("precision subject to recall >= 0.9")
         >>> m.constraint_scores([0.9, 0.8, 0.3, 0.1], [1, 1, 1, 0])
         {'recall >= 0.9': 0.6666666666666666}
         """
-        return {c.text: c.metric.score(preds, target, threshold, zero_division=math.nan)
+        return {c.text: c.metric.score(preds, target, threshold, zero_division=math.nan,
+                                       from_logits=from_logits)
                 for c in self.constraints}
 
-    def feasible(self, preds: Any, target: Any, threshold: float = 0.5) -> bool:
-        """Whether every constraint holds on hard predictions ``preds >= threshold``."""
-        scores = self.constraint_scores(preds, target, threshold)
+    def feasible(self, preds: Any, target: Any, threshold: float | None = None, *,
+                 from_logits: bool = False) -> bool:
+        """Whether every constraint holds on hard predictions ``preds >= threshold``
+        (as :meth:`constraint_scores`)."""
+        scores = self.constraint_scores(preds, target, threshold, from_logits=from_logits)
         return all(c.satisfied(scores[c.text]) for c in self.constraints)
 
     def _objective(self) -> Any:

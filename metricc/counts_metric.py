@@ -114,7 +114,9 @@ class CountsMetric(CountsScoring, ConstraintMethods, Metric):
         ``sigmoid``, or ``softmax`` (the multiclass default: the relaxed argmax
         ``softmax(logits / temperature)``, see docs/modes.md).
         Options: ``amplifier`` (73), ``slope``/``offset`` (sigmoid relaxation),
-        ``temperature`` (1, softmax relaxation),
+        ``temperature`` (1, softmax relaxation), ``alpha`` (self_adjusting relaxation):
+        an option of another relaxation than the one in use (``loss("linear",
+        amplifier=20)``) is a :class:`MetricError` naming the relaxation's options;
         ``from_logits``, ``backward`` (``"symbolic"`` or ``"autograd"``),
         ``multidim_average`` (``"global"`` or ``"samplewise"``), ``reduction``, ``eps``,
         ``mode`` (``"binary"``, ``"multiclass"``, ``"multilabel"``), ``average``

@@ -73,12 +73,15 @@ class CountsScoring:
         """The exact metric on hard labels: ``preds >= threshold`` against 0/1 ``target``.
 
         ``preds`` may hold probabilities or 0/1 labels (tensors, arrays or lists),
-        or logits with ``from_logits=True`` (the decision is then
-        ``sigmoid(logit) >= threshold``). ``threshold`` defaults to 0.5, and then
-        binary and multilabel scores outside ``[0, 1]`` without ``from_logits`` are
-        refused, as the loss refuses them; an explicit ``threshold`` applies to the
-        scores on their own scale (a logit threshold from :meth:`best_threshold`).
-        Multiclass scores may be logits or probabilities: their argmax is the same.
+        or logits with ``from_logits=True``: the decision is then
+        ``sigmoid(logit) >= threshold``, the threshold a probability in ``[0, 1]``
+        (0.5, the default, is logit 0), as in :meth:`metric`, :meth:`best_threshold`
+        and :class:`~metricc.decisions.BestFeasible` (one rule:
+        :mod:`metricc.evaluate.scale`). Without ``from_logits``, binary and multilabel
+        scores outside ``[0, 1]`` are refused at the default threshold, as the loss
+        refuses them, and an explicit ``threshold`` applies to the scores on their own
+        scale (margins, say). Multiclass scores may be logits or probabilities: the
+        prediction is their argmax, and a ``threshold`` is refused.
         ``multidim_average="samplewise"`` scores each sample on its own and
         combines them by ``reduction`` (``mean``, ``sum``, ``none``: a float64
         tensor per sample), skipping samples with neither target nor prediction,
@@ -110,7 +113,7 @@ class CountsScoring:
 
     @checked_keywords(TORCHMETRICS_OPTIONS)
     def metric(self, *, mode: str = "binary", num_classes: int | None = None,
-               threshold: float = 0.5, from_logits: bool = False, average: str = "macro",
+               threshold: float | None = None, from_logits: bool = False, average: str = "macro",
                multidim_average: str = "global", ignore_index: int | None = None,
                classes: Any = None, class_weights: Any = None,
                zero_division: float | None = 0.0, absent_classes: str = "torchmetrics",
@@ -125,8 +128,10 @@ class CountsScoring:
         ``samplewise``), ``ignore_index``, ``classes`` and ``class_weights``
         act as in :meth:`loss` and :meth:`score`; ``num_classes`` (the size of
         dim 1) is required for ``multiclass`` and ``multilabel``. Predictions
-        are ``preds >= threshold`` (after a sigmoid when ``from_logits``) or
-        the argmax over classes (``multiclass``). ``zero_division`` is the
+        are ``preds >= threshold`` (``sigmoid(preds) >= threshold`` when
+        ``from_logits``: the threshold is always a probability in ``[0, 1]``, 0.5 by
+        default, as in :meth:`score` and :meth:`best_threshold`) or the argmax over
+        classes (``multiclass``, which refuses a threshold). ``zero_division`` is the
         value of a confusion matrix where the formula is undefined (``0/0``):
         ``0`` like torchmetrics and scikit-learn, ``float('nan')``, or ``None``
         to raise. ``absent_classes`` decides whether ``macro`` averages count a
@@ -149,6 +154,10 @@ class CountsScoring:
         num_classes = class_count(num_classes, num_labels)
         if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
             raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
+        from .evaluate.scale import DEFAULT_THRESHOLD, refuse_multiclass_threshold
+
+        refuse_multiclass_threshold(mode, threshold)
+        threshold = DEFAULT_THRESHOLD if threshold is None else threshold
         # Only a metric that raises on 0/0 names the zero denominators (a SymPy analysis).
         undefined = tuple(str(d) for d in self.undefined) if zero_division is None else ()
         return stateful_module().StatefulMetric(
@@ -162,8 +171,14 @@ class CountsScoring:
     @checked_keywords()
     def best_threshold(self, scores: Any, target: Any, *, zero_division: float | None = None,
                        constraints: Sequence[str] | None = None,
-                       confidence: float | None = None) -> ThresholdChoice:
+                       confidence: float | None = None,
+                       from_logits: bool = False) -> ThresholdChoice:
         """The threshold optimising this metric on held-out scores: :func:`metricc.best_threshold`.
+
+        With ``from_logits=True`` the scores are logits and the threshold returned is a
+        probability (compared with ``sigmoid(logit)``), the scale :meth:`score`,
+        :meth:`metric` and :class:`~metricc.decisions.BestFeasible` read with
+        ``from_logits=True``.
 
         Only thresholds meeting ``constraints`` (and the metric's own, when it was
         compiled with constraints) are candidates; with ``confidence=c``, only those whose
@@ -175,7 +190,8 @@ class CountsScoring:
         from .evaluate.threshold import choose_threshold
 
         return choose_threshold(self.decision_objective(constraints), scores, target,
-                                zero_division=zero_division, confidence=confidence)
+                                zero_division=zero_division, confidence=confidence,
+                                from_logits=from_logits)
 
     def decision_objective(self, constraints: Iterable[str] | None = None) -> CountsObjective:
         """This metric as the decision stage reads it: its exact value at counts, its direction

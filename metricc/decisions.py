@@ -33,7 +33,8 @@ def _as_metric(metric: Metric | str, what: str) -> Metric:
 def best_threshold(metric: Metric | str, scores: Any, target: Any, *,
                    zero_division: float | None = None,
                    constraints: Sequence[str] | None = None,
-                   confidence: float | None = None) -> ThresholdChoice:
+                   confidence: float | None = None,
+                   from_logits: bool = False) -> ThresholdChoice:
     """The threshold ``t`` that optimises ``metric`` for ``scores >= t`` against ``target``.
 
     Maximises the metric (minimises it when ``metric.higher_is_better`` is
@@ -49,9 +50,17 @@ def best_threshold(metric: Metric | str, scores: Any, target: Any, *,
     grid. The returned threshold is one of the scores themselves, so
     ``metric.score(scores, target, threshold) == value`` exactly.
 
-    Binary only: ``scores`` are probabilities or logits (any shape, same as
-    ``target``), ``target`` holds 0 and 1. ``metric`` is a compiled :class:`Metric`, or a
-    name or formula, compiled with its defaults (``best_threshold("f1", ...)``).
+    Binary only: ``scores`` are probabilities (any shape, same as ``target``),
+    ``target`` holds 0 and 1. ``metric`` is a compiled :class:`Metric`, or a name or
+    formula, compiled with its defaults (``best_threshold("f1", ...)``). With
+    ``from_logits=True`` the scores are logits: the
+    candidates are their probabilities ``sigmoid(logit)`` (float64), so the threshold
+    returned is a probability, the scale ``metric.score(..., from_logits=True)``,
+    ``metric.metric(from_logits=True)`` and ``BestFeasible(..., from_logits=True)``
+    compare it with (``docs/constraints.md``, "What a threshold means"); logits beyond
+    about +-36 share a float64 probability and cannot be told apart. Without it, the
+    threshold is on the scores' own scale (any real scores), for ``score`` and
+    ``BestFeasible`` without ``from_logits``.
 
     Constraints (``["recall >= 0.9"]``, and those of a metric compiled with
     constraints) restrict the candidates to thresholds whose hard predictions
@@ -82,7 +91,7 @@ def best_threshold(metric: Metric | str, scores: Any, target: Any, *,
     """
     return _as_metric(metric, "best_threshold").best_threshold(
         scores, target, zero_division=zero_division, constraints=constraints,
-        confidence=confidence)
+        confidence=confidence, from_logits=from_logits)
 
 
 class BestFeasible(FeasiblePasses):
@@ -91,7 +100,9 @@ class BestFeasible(FeasiblePasses):
 
     ``metric``: a :class:`metricc.Metric` compiled with constraints (or the formula of one,
     ``"precision subject to recall >= 0.5"``); the options are those
-    of :class:`metricc.evaluate.operating.FeasiblePasses`, which judges the passes.
+    of :class:`metricc.evaluate.operating.FeasiblePasses`, which judges the passes
+    (``from_logits=True``: the scores are logits, judged as ``sigmoid(logit) >= threshold``,
+    the threshold a probability, 0.5 by default, as in :meth:`metricc.Metric.score`).
 
     >>> import metricc
     >>> keep = BestFeasible(metricc.compile("precision subject to recall >= 0.5"), keep="latest")
@@ -101,10 +112,12 @@ class BestFeasible(FeasiblePasses):
     {'w': 1}
     """
 
-    def __init__(self, metric: Metric | str, *, threshold: float = 0.5,
+    def __init__(self, metric: Metric | str, *, threshold: float | None = None,
                  confidence: float | None = None, passes: int | None = None,
-                 zero_division: float | None = None, keep: str = "best") -> None:
+                 zero_division: float | None = None, keep: str = "best",
+                 from_logits: bool = False) -> None:
         metric = _as_metric(metric, "BestFeasible")
         self.metric = metric
         super().__init__(metric.decision_objective(), threshold=threshold, confidence=confidence,
-                         passes=passes, zero_division=zero_division, keep=keep)
+                         passes=passes, zero_division=zero_division, keep=keep,
+                         from_logits=from_logits)

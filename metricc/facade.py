@@ -253,6 +253,7 @@ class Metric:
         """
         from .emit.loss_class import loss_parameters
         from .runtime.options import check_flag
+        from .runtime.relax import refuse_foreign_options
 
         check_flag("warn_monotonicity", warn_monotonicity)
         allowed = [p.name for p in loss_parameters(self.statistic)]
@@ -262,6 +263,8 @@ class Metric:
         # No relaxation given: the runtime class's own default decides (one rule for the
         # API, the CLI and standalone files).
         module: Loss = self.loss_class(*(() if relaxation is None else (relaxation,)), **options)
+        # the relaxation in use (its default included) takes every relaxation option given
+        refuse_foreign_options(getattr(module, "relaxation", ""), options)
         if warn_monotonicity:
             self._warn_monotonicity()
         return module

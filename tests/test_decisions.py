@@ -57,7 +57,8 @@ def test_choose_threshold_on_data_equals_the_facade(seed, bound):
 def test_feasible_passes_on_data_equals_best_feasible():
     rng = np.random.default_rng(3)
     m = metricc.compile("precision subject to recall >= 0.5")
-    facade, data = BestFeasible(m, keep="latest"), FeasiblePasses(_by_hand(0.5), keep="latest")
+    facade = BestFeasible(m, keep="latest", threshold=0.5)  # scores reach 1.17: explicit scale
+    data = FeasiblePasses(_by_hand(0.5), keep="latest", threshold=0.5)
     for step in range(6):
         y = rng.integers(0, 2, 50)
         s = rng.random(50) * (0.5 + step / 5) + 0.3 * y

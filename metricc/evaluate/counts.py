@@ -11,7 +11,6 @@ counts (``Metric.value``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -21,9 +20,11 @@ from torch import Tensor
 
 from ..errors import MetricError
 from ..runtime.averages import class_average_weights, reduce_samples
-from ..runtime.hints import integer_preds_error, label_error
+from ..runtime.hints import integer_preds_error, label_error, warn_if_ignore_drops_positives
 from ..runtime.modes import binary_validate, class_rows
 from ..runtime.options import check_class_options, look_up_option, select_classes
+from .scale import check_threshold, out_of_range_error, probabilities, refuse_multiclass_threshold
+from .threshold import outside_stacklevel
 
 __all__ = ["MAX_ONEHOT", "check_inputs", "input_tensor", "score", "score_classes"]
 
@@ -37,12 +38,8 @@ def score(value: Value, preds: Any, target: Any, threshold: float | None = None,
           num_classes: int | None = None, from_logits: bool = False,
           multidim_average: str = "global", reduction: str = "mean") -> Any:
     """The metric on hard labels; see :meth:`metricc.Metric.score`."""
-    if threshold is not None and (isinstance(threshold, bool)
-                                  or not isinstance(threshold, (int, float))
-                                  or math.isnan(threshold)):
-        # A nan threshold makes every comparison False: a silent 0.0. (±inf are fine:
-        # every element negative, or positive.)
-        raise MetricError(f"threshold must be a number (not NaN), got {threshold!r}")
+    check_threshold(threshold, from_logits)  # NaN, and a logit where a probability belongs
+    refuse_multiclass_threshold(mode, threshold)
     if mode != "binary" or ignore_index is not None or multidim_average != "global":
         return score_classes(value, preds, target, threshold, mode=mode, average=average,
                              ignore_index=ignore_index, classes=classes,
@@ -53,27 +50,25 @@ def score(value: Value, preds: Any, target: Any, threshold: float | None = None,
 
 
 def _decision(p: Tensor, threshold: float | None, from_logits: bool) -> tuple[Tensor, float]:
-    """``(scores, cut)`` such that ``scores >= cut`` is the hard prediction of ``p``.
+    """``(scores, cut)`` such that ``scores >= cut`` is the hard prediction of ``p``: the
+    rule of :mod:`metricc.evaluate.scale`.
 
     0/1 labels pass as they are (other integers are refused). Probabilities are cut
-    at ``threshold`` (0.5 by default), logits (``from_logits``) through their sigmoid.
-    Without a ``threshold``, scores outside ``[0, 1]`` are refused unless
-    ``from_logits``, as the loss refuses them: thresholding logits at 0.5 would
-    silently be the wrong decision. An explicit ``threshold`` applies to the scores
-    as they are, on any scale (``best_threshold`` picks thresholds among the scores).
+    at ``threshold`` (0.5 by default), logits (``from_logits``) through their sigmoid
+    (``threshold`` is then a probability too). Without a ``threshold``, scores outside
+    ``[0, 1]`` are refused unless ``from_logits``, as the loss refuses them: thresholding
+    logits at 0.5 would silently be the wrong decision. Without ``from_logits`` an explicit
+    ``threshold`` applies to the scores as they are, on any scale.
     """
-    cut = 0.5 if threshold is None else threshold
+    cut = check_threshold(threshold, from_logits)
     if not p.is_floating_point():
         check_01_preds(p)
         return p, cut
-    if p.numel():
+    if p.numel() and threshold is None and not from_logits:
         lo, hi = (float(v) for v in torch.aminmax(p.detach()))  # no NaN: _check_preds refused it
-        if threshold is None and not from_logits and (lo < 0 or hi > 1):
-            raise MetricError(f"preds has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
-                              "from_logits=False: pass from_logits=True if these are logits (the "
-                              "decision is then sigmoid(logit) >= 0.5), apply torch.sigmoid "
-                              "first, or give the threshold on their own scale")
-    return (torch.sigmoid(p.double()) if from_logits else p), cut
+        if lo < 0 or hi > 1:
+            raise out_of_range_error(lo, hi)
+    return probabilities(p, from_logits), cut
 
 
 def input_tensor(name: str, v: Any, device: Any = None) -> Tensor:
@@ -134,7 +129,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
     if mode == "binary":
         binary_validate(p, t, ("preds", "target"), "")
         mask = None if ignore_index is None else t != ignore_index
-        _check_01(t, mask, "binary")
+        _check_01(t, mask, "binary", ignore_index=ignore_index)
         scores = p
         average = "micro"  # one class: every average is the same
     elif mode == "multilabel":
@@ -263,13 +258,19 @@ def check_01_preds(p: Tensor) -> None:
 
 
 def _check_01(t: Tensor, mask: Tensor | None, mode: str,
-              call: str = "score takes (preds, target)") -> None:
-    """Refuse targets other than 0 and 1 (where ``mask`` is True), with the loss's message."""
+              call: str = "score takes (preds, target)", ignore_index: int | None = None) -> None:
+    """Refuse targets other than 0 and 1 (where ``mask`` is True), with the loss's message;
+    warn, as the loss does, when ``ignore_index`` (``mask``) left only negatives."""
     ok = (t == 0) | (t == 1)
     if not bool((ok if mask is None else ok | ~mask).all()):
         kept = t if mask is None else t[mask]
         lo, hi = (float(v) for v in torch.aminmax(kept.double()))
         raise label_error(mode, lo, hi, hard=True, call=call)
+    if mask is not None and ignore_index is not None:
+        kept = t[mask]
+        if kept.numel() and not bool(kept.any()):  # every kept target 0: a 0/255 mask?
+            warn_if_ignore_drops_positives(t, ignore_index, mode, [0.0, 0.0],
+                                           stacklevel=outside_stacklevel() + 1)
 
 
 def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
@@ -281,7 +282,7 @@ def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
         raise MetricError(f"mode='multilabel' needs preds and target of the same shape (N, C, *), "
                           f"got {tuple(p.shape)} and {tuple(t.shape)}")
     mask = None if ignore_index is None else t != ignore_index
-    _check_01(t, mask, mode, call)
+    _check_01(t, mask, mode, call, ignore_index)
     return p
 
 

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
-from ..runtime.options import look_up_option
+from ..runtime.options import check_flag, look_up_option
 from .confidence import bounds_at, certify, check_confidence, rate_constraint
 from .objective import CountsObjective
+from .scale import check_threshold, out_of_range_error
 from .threshold import threshold_counts
 
 __all__ = ["KEEPS", "FeasiblePasses", "PassResult"]
@@ -69,8 +70,12 @@ class FeasiblePasses:
     """A pass that meets every constraint: the best by the objective, or the latest.
 
     ``objective``: a metric with constraints, as data
-    (:meth:`metricc.Metric.decision_objective`). ``threshold``:
-    the decision threshold on the scores' scale (0.5 for probabilities, 0 for logits).
+    (:meth:`metricc.Metric.decision_objective`). ``threshold``: the decision threshold,
+    by the rule of :mod:`metricc.evaluate.scale`: with ``from_logits=True`` the scores are
+    logits and the threshold a probability compared with ``sigmoid(logit)`` (0.5 by
+    default, logit 0); without it the scores are compared as given, and at the default
+    0.5 scores outside ``[0, 1]`` are refused (pass ``from_logits=True`` for logits, or
+    an explicit threshold on the scores' own scale).
     ``keep``: ``"best"`` keeps the feasible pass with the best objective (ties: the
     earlier); ``"latest"`` keeps the most recent feasible pass, whatever its objective
     (judging training passes, it holds up on new data better than the most precise one:
@@ -86,17 +91,22 @@ class FeasiblePasses:
     fails, whichever is kept.
     """
 
-    def __init__(self, objective: CountsObjective, *, threshold: float = 0.5,
+    def __init__(self, objective: CountsObjective, *, threshold: float | None = None,
                  confidence: float | None = None, passes: int | None = None,
-                 zero_division: float | None = None, keep: str = "best") -> None:
+                 zero_division: float | None = None, keep: str = "best",
+                 from_logits: bool = False) -> None:
         self.objective = objective
         self.constraints = objective.constraints
         if not self.constraints:
             raise MetricError("BestFeasible needs a metric compiled with constraints, e.g. "
                               "metricc.compile('precision subject to recall >= 0.9')")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-                or not math.isfinite(threshold):
+        self.from_logits = check_flag("from_logits", from_logits)
+        self.explicit_threshold = threshold is not None
+        if self.explicit_threshold and (isinstance(threshold, bool)
+                                        or not isinstance(threshold, (int, float))
+                                        or not math.isfinite(threshold)):
             raise MetricError(f"threshold must be a finite number, got {threshold!r}")
+        threshold = check_threshold(threshold, self.from_logits)
         if passes is not None and (isinstance(passes, bool) or not isinstance(passes, int)
                                    or passes < 1):
             raise MetricError(f"passes must be a positive integer (how many passes will be "
@@ -125,7 +135,10 @@ class FeasiblePasses:
         ``state`` (e.g. ``model.state_dict()``) when the pass is kept: feasible, and the best
         so far (``keep="best"``) or simply the latest (``keep="latest"``, which copies the
         state of every feasible pass)."""
-        c = threshold_counts(scores, target)
+        c = threshold_counts(scores, target, self.from_logits)
+        if not self.explicit_threshold and not self.from_logits \
+                and (c.thresholds[-1] < 0 or c.thresholds[1] > 1):
+            raise out_of_range_error(float(c.thresholds[-1]), float(c.thresholds[1]), "scores")
         # the counts of ``score >= threshold``: the lowest candidate at or above it
         i = max(int(np.count_nonzero(c.thresholds >= self.threshold)) - 1, 0)
         tp, fp, fn, tn = (int(a[i]) for a in (c.tp, c.fp, c.fn, c.tn))

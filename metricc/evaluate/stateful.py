@@ -33,6 +33,7 @@ from ..runtime.averages import class_average_weights
 from ..runtime.options import MULTIDIM_AVERAGES, check_class_options, check_flag, select_classes
 from .counts import check_01_preds, multiclass_hard_rows, multilabel_hard_rows
 from .matrix import hard_confusion_matrix
+from .scale import probabilities
 
 __all__ = ["ABSENT_CLASSES", "MatrixStatefulMetric", "StatefulMetric"]
 
@@ -208,8 +209,8 @@ class StatefulMetric(_ShapeCheckedSync):
         if self.mode != "multiclass":  # integer 3 would count as a positive (3 >= 0.5)
             check_01_preds(preds)
         p = preds
-        if self.from_logits and p.is_floating_point() and self.mode != "multiclass":
-            p = torch.sigmoid(p)  # argmax (multiclass) is the same on logits and probabilities
+        if self.mode != "multiclass":  # argmax is the same on logits and probabilities
+            p = probabilities(p, self.from_logits)  # score's float64 sigmoid: the same decisions
         if self.mode == "binary":
             if p.shape != target.shape:
                 raise err(f"preds and target must have the same shape, got {tuple(p.shape)} and "

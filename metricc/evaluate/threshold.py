@@ -28,8 +28,8 @@ import numpy as np
 from ..errors import MetricError, MetricWarning
 from .objective import CountsBound, CountsObjective
 
-__all__ = ["ThresholdChoice", "ThresholdCounts", "as_array", "choose_threshold", "outside_stacklevel",
-           "threshold_counts"]
+__all__ = ["ThresholdChoice", "ThresholdCounts", "as_array", "choose_threshold",
+           "outside_stacklevel", "threshold_counts"]
 
 
 class ThresholdCounts(NamedTuple):
@@ -100,16 +100,22 @@ def as_array(x: Any, what: str) -> np.ndarray:
     return arr
 
 
-def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
+def threshold_counts(scores: Any, target: Any, from_logits: bool = False) -> ThresholdCounts:
     """The confusion counts of ``scores >= t`` against 0/1 ``target`` at every candidate ``t``.
 
     ``scores`` and ``target`` are tensors, arrays or lists of one shape (any
-    shape; flattened). One sort and cumulative sums: ``O(n log n)``.
+    shape; flattened). One sort and cumulative sums: ``O(n log n)``. With
+    ``from_logits`` the scores are logits and the candidates are their probabilities
+    (:func:`metricc.evaluate.scale.probabilities`, on the tensor's own device).
 
     >>> c = threshold_counts([0.2, 0.9, 0.2, 0.6], [0, 1, 1, 0])
     >>> c.thresholds.tolist()[1:], c.tp.tolist(), c.fp.tolist()
     ([0.9, 0.6, 0.2], [0.0, 1.0, 1.0, 2.0], [0.0, 0.0, 1.0, 2.0])
     """
+    from ..runtime.options import check_flag
+
+    if check_flag("from_logits", from_logits):
+        scores = _logit_probabilities(scores)
     s = as_array(scores, "scores")
     t = as_array(target, "target")
     if s.shape != t.shape:
@@ -146,9 +152,25 @@ def threshold_counts(scores: Any, target: Any) -> ThresholdCounts:
     return ThresholdCounts(thresholds, tp, fp, fn, tn)
 
 
+def _logit_probabilities(scores: Any) -> Any:
+    """Floating logits as the probabilities a threshold is compared with (the tensor's own
+    device and the same float64 sigmoid as ``score``); anything else as it is."""
+    import torch
+
+    from .scale import probabilities
+
+    if not isinstance(scores, torch.Tensor):
+        arr = as_array(scores, "scores")
+        if not np.issubdtype(arr.dtype, np.floating):
+            return arr
+        scores = torch.from_numpy(np.ascontiguousarray(arr))
+    return probabilities(scores, True)
+
+
 def choose_threshold(objective: CountsObjective, scores: Any, target: Any, *,
                      zero_division: float | None = None,
-                     confidence: float | None = None) -> ThresholdChoice:
+                     confidence: float | None = None,
+                     from_logits: bool = False) -> ThresholdChoice:
     """The threshold ``t`` that optimises ``objective`` for ``scores >= t`` against ``target``.
 
     The decision stage of :func:`metricc.best_threshold` (which documents the rules: the
@@ -163,7 +185,7 @@ def choose_threshold(objective: CountsObjective, scores: Any, target: Any, *,
     if zero_division is not None and (isinstance(zero_division, bool)
                                       or not isinstance(zero_division, (int, float))):
         raise MetricError(f"zero_division must be a number, got {zero_division!r}")
-    c = threshold_counts(scores, target)
+    c = threshold_counts(scores, target, from_logits)
     _warn_single_class(c)
     import torch
 

@@ -55,11 +55,12 @@ _IGNORE_WARNED: set[int] = set()
 
 
 def warn_if_ignore_drops_positives(target: Tensor, ignore_index: int | None, mode: str,
-                                    kept_range: list[float]) -> None:
+                                    kept_range: list[float], stacklevel: int = 6) -> None:
     """Warn, once per ``ignore_index``, when it removed every positive of a 0/1 batch that held
     some: a 0/255 mask with ``ignore_index=255`` leaves only negatives, a constant loss
     (1 for F1) with zero gradient. ``kept_range``: the min and max of the kept targets (as
-    read, float32 ones as int32 bit patterns: +0.0 and 0 both read 0), or empty."""
+    read, float32 ones as int32 bit patterns: +0.0 and 0 both read 0), or empty. The
+    hard-label score and metric warn here too (``stacklevel``: their caller's frame)."""
     if ignore_index is None or mode == "multiclass" or not kept_range or kept_range[0] != 0 \
             or kept_range[1] != 0 or ignore_index in _IGNORE_WARNED or ignore_index in (0, 1):
         return
@@ -67,10 +68,12 @@ def warn_if_ignore_drops_positives(target: Tensor, ignore_index: int | None, mod
         return  # nothing ignored: a batch without positives, as batches may be
     _IGNORE_WARNED.add(ignore_index)
     warnings.warn(f"ignore_index={ignore_index} removed every positive of this batch: the kept "
-                  "targets are all 0, so the loss is constant with zero gradient. If "
+                  "targets are all 0, so a loss is constant with zero gradient (and a score "
+                  "counts no positive). If "
                   f"{ignore_index} marks the foreground (a 0/{ignore_index} mask), pass "
                   f"target / {ignore_index} without ignore_index; if it marks elements to "
-                  "leave out, ignore this (it is said once).", MetricWarning, stacklevel=6)
+                  "leave out, ignore this (it is said once).", MetricWarning,
+                  stacklevel=stacklevel)
 
 
 def multilabel_validate(input: Tensor, target: Tensor) -> None:

@@ -200,7 +200,11 @@ class MatrixLoss(torch.nn.Module):
     enabled; read, not written, under ``no_grad`` or ``inference_mode``;
     ``docs/distributed.md``). ``backward="symbolic"`` runs the
     generated gradient ``d f / d C``; ``"autograd"`` differentiates the forward.
-    ``eps`` guards denominators, roots and logs.
+    ``eps`` guards denominators, roots and logs. A batch (or, samplewise, a sample) with no
+    element left (every target ``ignore_index``, or every weight 0) has no matrix: its loss
+    is the constant 1 with zero gradient (a metric of 0: chance level for the kappas and
+    MCC), never the optimum, and samplewise it is left out of ``mean``/``sum`` (unless every
+    sample is empty); with ``sync_dist`` or ``memory_decay`` the pooled matrix decides.
     """
 
     formula: ClassVar[str] = ""
@@ -348,6 +352,14 @@ class MatrixLoss(torch.nn.Module):
             raise MetricError(f"target holds class indices outside 0..{k - 1} (validate_args="
                               "False skips the check that names them; pass ignore_index for "
                               "masked elements)") from None
+        kept = torch.ones_like(losses, dtype=torch.bool)
+        if w is not None and self.pool is None:
+            # No element left (all ignored, or weight 0): no matrix, so no metric. 1 - f of an
+            # empty matrix can read as the optimum (quadratic kappa: 1 - 0/eps = 1, loss 0);
+            # its loss is the constant 1 with no gradient, and samplewise it is not averaged.
+            total = w.sum(-1)
+            kept = total > 0 if samplewise else (total.sum() > 0).reshape(1)
+            losses = torch.where(kept, losses, torch.ones_like(losses))
         if not samplewise:
             return losses[0]
-        return reduce_samples(losses, torch.ones_like(losses, dtype=torch.bool), self.reduction)
+        return reduce_samples(losses, kept, self.reduction)

@@ -64,6 +64,12 @@ def check_class_options(
     look_up_option("average", average)
     if ignore_index is not None:
         ignore_index = check_integer("ignore_index", ignore_index)
+        if mode != "multiclass" and ignore_index in (0, 1):
+            # 0 and 1 are the labels themselves: ignoring one drops every positive (or negative)
+            raise MetricError(f"ignore_index={ignore_index} is a label of mode={mode!r} (targets "
+                              f"hold 0 and 1): it would leave out every "
+                              f"{'positive' if ignore_index else 'negative'} element; give the "
+                              "value that marks elements to leave out (such as 255 or -100)")
     if mode == "binary" and (classes is not None or class_weights is not None):
         raise MetricError("classes and class_weights pick and weigh the classes of an "
                           "(N, C, *) input; mode='binary' has a single class: use "

@@ -11,7 +11,7 @@ without torch) and its tests; adding an option to one means an :class:`Option` o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -316,6 +316,27 @@ def check_relaxation_options(values: Mapping[str, Any]) -> dict[str, float]:
             raise MetricError(f"{key!r} is not a relaxation option{suggest(key, list(OPTION_OWNERS))}")
         out[key] = getattr(owner.bind(**{key: value}), key)
     return out
+
+
+def refuse_foreign_options(name: str, given: Iterable[str]) -> None:
+    """A MetricError for an option in ``given`` that belongs to another relaxation than
+    ``name`` (``loss("linear", amplifier=20)`` would drop the amplifier silently); names
+    outside :data:`RELAXATIONS` (a curve loss's histogram) and non-relaxation options pass.
+
+    >>> refuse_foreign_options("linear", ["amplifier"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    metricc.errors.MetricError: relaxation='linear' does not use 'amplifier' (its options: none); ...
+    """
+    r = RELAXATIONS.get(name)
+    if r is None:
+        return
+    for key in given:
+        if key in OPTION_OWNERS and key not in r.options:
+            owners = " or ".join(repr(o.name) for o in RELAXATIONS.values() if key in o.options)
+            raise MetricError(f"relaxation={name!r} does not use {key!r} (its options: "
+                              f"{', '.join(r.options) or 'none'}); {key} is an option of "
+                              f"relaxation={owners}: pass that relaxation, or leave {key} out")
 
 
 def bound_relaxation(name: str, from_logits: bool, options: Mapping[str, Any]) -> Relaxation:

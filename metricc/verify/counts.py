@@ -163,11 +163,12 @@ def _numeric_checks(metric: CountsSubject, report: VerificationReport, seed: int
     # a long kernel (a 200-line binding chain: 1 s of loss evaluations) is differenced at
     # the first FD_ELEMENTS elements, both labels among them; all are compared with autograd.
     elements = FD_ELEMENTS if len(metric.kernels_source) > FD_KERNEL_CHARS else None
-    for relaxation, (_, from_logits) in cases.items():
+    for relaxation, (r, from_logits) in cases.items():
+        own = {"amplifier": amplifier} if "amplifier" in r.options else {}  # loss() refuses others'
         against_reference(
             report, f"{relaxation}/{{backward}}",
-            lambda b, rel=relaxation, fl=from_logits: metric.loss(
-                rel, backward=b, amplifier=amplifier, eps=eps, from_logits=fl, warn_monotonicity=False),
+            lambda b, rel=relaxation, fl=from_logits, kw=own: metric.loss(
+                rel, backward=b, eps=eps, from_logits=fl, warn_monotonicity=False, **kw),
             logits if from_logits else probs, y,
             _reference_loss(metric, bound_relaxation(relaxation, from_logits, {"amplifier": amplifier}).value,
                             eps, from_logits),

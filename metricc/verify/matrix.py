@@ -181,8 +181,9 @@ def _numeric_checks(metric: MatrixSubject, report: VerificationReport, seed: int
     for relaxation in ("linear", "softmax"):
         against_reference(
             report, f"{relaxation}/{{backward}}",
-            lambda b, rel=relaxation: metric.loss(rel, backward=b, from_logits=True, eps=eps,
-                                                  temperature=temperature, warn_monotonicity=False),
+            lambda b, rel=relaxation: metric.loss(  # temperature: softmax's own option
+                rel, backward=b, from_logits=True, eps=eps, warn_monotonicity=False,
+                **({"temperature": temperature} if rel == "softmax" else {})),
             x0, y, _reference_loss(metric, k, relaxation, temperature, eps),
             f"float64, N={size}, K={k}")
 
