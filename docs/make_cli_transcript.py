@@ -70,6 +70,9 @@ SESSION: list[tuple[str, list[str] | tuple[str, str]]] = [
      "numbers per batch the symbolic backward pass needs.", ["grad", "f1"]),
     ("Parameters are given with `--param` (or `-p`); numbers stay exact.",
      ["grad", "TP/(TP + alpha*FP + beta*FN)", "--param", "alpha=0.3", "--param", "beta=0.7"]),
+    ("With constraints, each constraint's metric follows the objective's, as `h1`, `h2`, ... "
+     "with its four partials and `g1`, `g0` (the gradients a constrained loss adds, weighted "
+     "by its multipliers).", ["grad", "precision subject to recall >= 0.9"]),
     ("`--latex` prints the same as LaTeX.", ["grad", "f1", "--latex"]),
     ("## `metricc check`: analysis and verification\n\nWhere the metric is undefined (and "
      "whether that is `0/0` or `x/0`), where it has no derivative, its monotonicity in each "
