@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from .errors import MetricError, MissingParameterError
 from .runtime.options import RELAXATION_NAMES
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "counts_grad", "curve_grad", "main", "matrix_grad"]
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -122,7 +122,7 @@ def _add_direction(p: argparse.ArgumentParser) -> None:
 
 # --- subcommands ----------------------------------------------------------------------------
 
-def _matrix_grad(m: Any, latex: bool) -> int:
+def matrix_grad(m: Any, latex: bool) -> int:
     if latex:
         return _print_rows([("f", m.expr), (r"\frac{\partial f}{\partial C_{a,b}}", m.gradient_expr)],
                            _latex)
@@ -131,7 +131,7 @@ def _matrix_grad(m: Any, latex: bool) -> int:
     return EXIT_OK
 
 
-def _counts_grad(m: Any, latex: bool) -> int:
+def counts_grad(m: Any, latex: bool) -> int:
     """The objective's derivatives, then each constraint's (``h`` for ``h >= b``/``h <= b``)."""
     _counts_rows(m, latex, "f")
     for i, c in enumerate(m.constraints, 1):
@@ -179,7 +179,7 @@ def _latex(label: str, e: Any) -> tuple[str, str]:
     return label, sympy.latex(e)
 
 
-def _curve_grad(m: Any, latex: bool) -> int:
+def curve_grad(m: Any, latex: bool) -> int:
     rows = [("f", m.expr), *m.gradient.items()]
     if latex:
         return _print_rows(rows, _latex)
@@ -190,15 +190,12 @@ def _curve_grad(m: Any, latex: bool) -> int:
     return EXIT_OK
 
 
-#: How ``metricc grad`` prints each statistic's derivatives (keys of ``STATISTICS``).
-GRAD_PRINTERS: dict[str, Callable[[Any, bool], int]] = {"counts": _counts_grad,
-                                                         "matrix": _matrix_grad,
-                                                         "curve": _curve_grad}
-
-
 def cmd_grad(args: argparse.Namespace) -> int:
     m = _compile(args)
-    return GRAD_PRINTERS[m.statistic.name](m, args.latex)
+    from .analysis.statistics import resolve
+
+    printer: Callable[[Any, bool], int] = resolve(m.statistic.grad_printer)  # the declaration's
+    return printer(m, args.latex)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -212,10 +212,8 @@ class Metric:
     def kernels_source(self) -> str:
         """The generated torch source of the statistic's two kernels (value; value and gradient)."""
         if self._kernels_source is None:
-            from .emit.loss_class import KERNEL_EMITTERS
-
-            self._kernels_source = KERNEL_EMITTERS[self.statistic.name](
-                self.expr, self.matrix_parameters)
+            emit = resolve(self.statistic.emitter)  # the statistic's declared kernel writer
+            self._kernels_source = emit(self.expr, self.matrix_parameters)
         return self._kernels_source
 
     def check(self) -> Any:

@@ -5,24 +5,24 @@ in-process loss, collects the data (kernels, the class name and attributes of th
 in-process loss class, its options, the docstring) into a
 :class:`metricc.emit.standalone.StandaloneSpec`, and hands that to
 :func:`metricc.emit.standalone.emit_standalone`. What differs by statistic is the
-docstring (:data:`DOCS`). ``metric`` is a :class:`metricc.Metric` (typed ``Any``:
+docstring (the statistic's declared ``standalone_doc``). ``metric`` is a :class:`metricc.Metric` (typed ``Any``:
 the facade imports this module, and imports go one way).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .analysis.counts_check import CheckReport
+from .analysis.statistics import resolve
 from .emit.loss_class import loss_parameters
 from .emit.standalone import StandaloneSpec, check_class_name, emit_standalone, literal, plain_option
 from .errors import MetricError
 from .language.matrix import display
 
-__all__ = ["DOCS", "standalone_source", "write_standalone"]
+__all__ = ["counts_doc", "curve_doc", "matrix_doc", "standalone_source", "write_standalone"]
 
 
 def _header(metric: Any, name: str, what: str) -> list[str]:
@@ -60,9 +60,9 @@ def _undefined(where: list[str]) -> list[str]:
             "the loss adds eps to every denominator, root and log argument there."]
 
 
-def _counts_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
+def counts_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
     report = metric.check()
-    assert isinstance(report, CheckReport)  # a 2x2 metric's (K x K ones: _matrix_doc)
+    assert isinstance(report, CheckReport)  # a 2x2 metric's (K x K ones: matrix_doc)
     gradient = metric.gradient
     width = max(len(k) for k in gradient)
     doc = _header(metric, name, "confusion-matrix metric") + _parameters(metric)
@@ -82,7 +82,7 @@ def _counts_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
                         "targets")
 
 
-def _matrix_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
+def matrix_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
     report = metric.check()
     doc = _header(metric, name, "K x K confusion-matrix metric")
     doc += [f"Metric: {metric.expr_text}",
@@ -92,7 +92,7 @@ def _matrix_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
     return doc + _usage(name, chosen, "scores", "class_indices  # (N, K, *) and (N, *)")
 
 
-def _curve_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
+def curve_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
     from .analysis.curve_check import CurveCheckReport
 
     report = metric.check()
@@ -114,11 +114,6 @@ def _usage(name: str, chosen: dict[str, Any], inputs: str, targets: str) -> list
             f"    loss_fn = {name}()" + (f"  # defaults: {shown}" if shown else ""),
             f"    loss = loss_fn({inputs}, {targets})",
             "    loss.backward()"]
-
-
-#: The module docstring of each statistic's standalone file.
-DOCS: dict[str, Callable[[Any, str, dict[str, Any]], list[str]]] = {
-    "counts": _counts_doc, "matrix": _matrix_doc, "curve": _curve_doc}
 
 
 def standalone_source(metric: Any, class_name: str | None = None,
@@ -158,7 +153,7 @@ def standalone_source(metric: Any, class_name: str | None = None,
         class_name=name, base=base, kernels_source=metric.kernels_source,
         kernel_names=statistic.kernel_names, attributes=tuple(attributes),
         parameters=tuple(loss_parameters(statistic)), defaults=tuple(chosen.items()),
-        doc=tuple(DOCS[statistic.name](metric, name, chosen)),
+        doc=tuple(resolve(statistic.standalone_doc)(metric, name, chosen)),
         class_doc=(f"``{'1 - ' if metric.higher_is_better else ''}metric`` on a relaxed "
                    f"confusion matrix; options as in ``{base}``."))
     return emit_standalone(spec)

@@ -68,8 +68,10 @@ def test_loss_and_gradients_equal_single_process(ranks: tuple[int, list], name: 
             torch.testing.assert_close(score_grad, world * mine, rtol=0, atol=TOL, msg=where)
             for p, q in zip(param_grads, ref_param_grads, strict=True):
                 torch.testing.assert_close(p, q, rtol=0, atol=TOL, msg=where)
-            # not vacuous: the loss moves the scores and the parameters
-            assert float(mine.abs().max()) > 1e-4, where
+            # not vacuous: the loss moves the scores and the parameters (where no threshold meets
+            # recall_at_precision's bound the gradient is tau-sized, about 6e-5 here: still far
+            # above the tolerance the equalities above are checked to)
+            assert float(mine.abs().max()) > 1e-5, where
             assert max(float(q.abs().max()) for q in ref_param_grads) > 1e-4, where
 
 

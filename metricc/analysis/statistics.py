@@ -60,8 +60,15 @@ class Statistic:
     kernel_helpers: tuple[str, ...]
     #: What the loss class of a formula without a name is called.
     unnamed_loss: str
-    #: The dotted path of the statistic's facade (a :class:`metricc.facade.Metric` subclass).
-    facade: str = ""
+    #: Dotted paths, resolved on first use (so that analysing a formula imports no torch):
+    #: the statistic's facade (a :class:`metricc.facade.Metric` subclass),
+    facade: str
+    #: its kernel writer ``(expr, matrix parameter names) -> source``,
+    emitter: str
+    #: how ``metricc grad`` prints its derivatives ``(metric, latex) -> exit code``,
+    grad_printer: str
+    #: and the docstring of its standalone file ``(metric, class name, defaults) -> lines``.
+    standalone_doc: str
 
 
 def _curve_nonnegative(e: sympy.Expr) -> bool:
@@ -84,7 +91,9 @@ STATISTICS: dict[str, Statistic] = {
         kernel_names=("metric_value", "metric_and_coefficients"),
         kernel_args=("TP", "FP", "FN", "TN", "eps"),
         loss_class="metricc.runtime.loss.MetricLoss", kernel_helpers=(),
-        unnamed_loss="CustomMetricLoss", facade="metricc.counts_metric.CountsMetric"),
+        unnamed_loss="CustomMetricLoss", facade="metricc.counts_metric.CountsMetric",
+        emitter="metricc.emit.counts.emit_kernels", grad_printer="metricc.cli.counts_grad",
+        standalone_doc="metricc.standalone_file.counts_doc"),
     "matrix": Statistic(
         name="matrix", symbols=("C", "K", "n", "row", "col", "sum", "present"),
         is_nonnegative=matrix.is_nonnegative,
@@ -93,7 +102,9 @@ STATISTICS: dict[str, Statistic] = {
         loss_class="metricc.runtime.matrix.MatrixLoss",
         kernel_helpers=("mx_size", "mx_index", "mx_entry", "mx_sum", "mx_delta", "mx_present",
                         "mx_rows", "mx_matrices"),
-        unnamed_loss="CustomMatrixMetricLoss", facade="metricc.matrix_metric.MatrixMetric"),
+        unnamed_loss="CustomMatrixMetricLoss", facade="metricc.matrix_metric.MatrixMetric",
+        emitter="metricc.emit.matrix.emit_matrix_kernels", grad_printer="metricc.cli.matrix_grad",
+        standalone_doc="metricc.standalone_file.matrix_doc"),
     "curve": Statistic(
         name="curve", symbols=("area", "steps", "best", "P", "N", "n"),
         is_nonnegative=_curve_nonnegative, differentiate=_curve_partials,
@@ -101,7 +112,9 @@ STATISTICS: dict[str, Statistic] = {
         kernel_names=("curve_value", "curve_and_gradient"),
         kernel_args=("TP", "FP", "P", "N", "eps", "tau", "tau_gate"),
         loss_class="metricc.runtime.curve_loss.CurveLoss", kernel_helpers=(),
-        unnamed_loss="CustomCurveMetricLoss", facade="metricc.curve_metric.CurveMetric"),
+        unnamed_loss="CustomCurveMetricLoss", facade="metricc.curve_metric.CurveMetric",
+        emitter="metricc.emit.curve.emit_curve_kernels", grad_printer="metricc.cli.curve_grad",
+        standalone_doc="metricc.standalone_file.curve_doc"),
 }
 
 

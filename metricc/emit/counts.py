@@ -46,14 +46,15 @@ def _function(name: str, doc: str, outputs: list[tuple[str, sympy.Expr]]) -> str
     return "\n".join(lines) + "\n"
 
 
-def emit_kernels(expr: sympy.Expr) -> str:
+def emit_kernels(expr: sympy.Expr, matrix_params: tuple[str, ...] = ()) -> str:
     """Torch source of the two kernels for a metric over ``TP FP FN TN``.
 
     ``metric_value(TP, FP, FN, TN, eps)`` is the metric with ``eps`` added to
     every denominator, root and log (see :func:`metricc.analysis.counts.guard`);
     ``metric_and_coefficients`` also returns ``g1 = f_TP - f_FN`` and
     ``g0 = f_FP - f_TN`` of that same guarded metric, which is all the backward
-    pass needs.
+    pass needs. ``matrix_params`` (none for the 2x2 counts) keeps one signature for
+    every statistic's kernel writer (``Statistic.emitter``).
 
     >>> print(emit_kernels(sympy.sympify("TP/(TP+FP)")).splitlines()[0])
     def metric_value(TP, FP, FN, TN, eps):

@@ -138,13 +138,14 @@ def _kernel(name: str, doc: str, form: OuterForm, locals_: list[PairTerm | Point
     return "\n".join(lines) + "\n"
 
 
-def emit_curve_kernels(expr: sympy.Expr) -> str:
+def emit_curve_kernels(expr: sympy.Expr, matrix_params: tuple[str, ...] = ()) -> str:
     """Torch source of ``curve_value`` and ``curve_and_gradient`` for a resolved curve formula
     whose parameters have values (``CurveFormula.expr`` with numbers substituted).
 
     ``tau`` is the temperature of the smooth maximum of ``best()`` (a softmax-weighted mean
     of ``f_k``), ``tau_gate`` that of its bound's gate ``sigmoid(d_k/tau_gate)``; formulas
-    without ``best()`` ignore both.
+    without ``best()`` ignore both. ``matrix_params`` (none for curves) keeps one signature
+    for every statistic's kernel writer (``Statistic.emitter``).
 
     >>> from metricc.language.parse import parse
     >>> print(emit_curve_kernels(parse("auroc").expr).splitlines()[0])

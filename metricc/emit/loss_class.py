@@ -12,20 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..analysis.statistics import Statistic, resolve
-from .counts import emit_kernels
-from .curve import emit_curve_kernels
-from .matrix import emit_matrix_kernels
 
-__all__ = ["KERNEL_EMITTERS", "build_kernel", "build_loss_class", "loss_class_name", "loss_parameters",
+__all__ = ["build_kernel", "build_loss_class", "loss_class_name", "loss_parameters",
            "own_copy", "rebuild_loss", "rebuild_loss_class", "reduce_loss", "remember_source"]
-
-#: The kernel writer of each statistic: ``(expr, matrix parameter names) -> source``.
-KERNEL_EMITTERS: dict[str, Any] = {
-    "counts": lambda expr, matrix_parameters: emit_kernels(expr),
-    "matrix": emit_matrix_kernels,
-    "curve": lambda expr, matrix_parameters: emit_curve_kernels(expr),
-}
-
 
 def loss_parameters(statistic: Statistic) -> list[inspect.Parameter]:
     """The options of the statistic's runtime loss: its ``__init__`` parameters after ``self``.
@@ -55,7 +44,8 @@ def build_loss_class(statistic: Statistic, kernels_source: str, class_name: str,
                      attrs: Mapping[str, Any], recipe: tuple[Any, ...]) -> type:
     """A subclass of the statistic's runtime loss holding the kernels of ``kernels_source``.
 
-    ``kernels_source`` must come from :data:`KERNEL_EMITTERS`: it is executed, with
+    ``kernels_source`` must come from the statistic's declared
+    ``emitter``: it is executed, with
     ``torch`` and the statistic's ``kernel_helpers`` in its namespace. ``attrs`` are
     further class attributes (``formula``, ``higher_is_better``, ...). ``recipe`` is
     ``(function, args)`` that compiles the metric again: instances pickle (and
