@@ -12,9 +12,10 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import MetricError
-from .keywords import TORCHMETRICS_OPTIONS, checked_keywords, class_count
+from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
 from .language.symbols import COUNTS
 from .library import micro_tn_refusal
+from .runtime.options import class_count
 
 if TYPE_CHECKING:
     import sympy

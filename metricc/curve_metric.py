@@ -21,9 +21,10 @@ from .analysis.curve_bounds import check_bounds
 from .analysis.curve_check import CurveCheckReport, check, curve_domain_problem, sample_curves
 from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational, refuse_unreal
 from .errors import MetricError
-from .facade import Metric
-from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords, class_count
+from .facade import Metric, refusals
+from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
 from .language.curve import AreaWithin, CurveFormula, CurveReduction
+from .runtime.options import class_count
 
 if TYPE_CHECKING:
     from .runtime.curve_loss import CurveLoss
@@ -85,11 +86,11 @@ def _exact_value(expr: sympy.Expr, s: np.ndarray, y: np.ndarray, w: np.ndarray |
     return value
 
 
-def _score_inputs(preds: Any, target: Any, weight: Any, mode: str | None, n: int | None,
-                  ignore_index: int | None, from_logits: bool) -> tuple[Any, Any, Any, np.ndarray | None]:
-    """``score()``'s shared options on a curve's inputs: the mode checked against the shapes,
-    the size of dim 1, ignored elements dropped (a mask for multilabel), multiclass logits
-    as log-softmax. Returns ``(preds, target, weight, multilabel keep mask or None)``."""
+def _score_inputs(preds: Any, target: Any, mode: str | None, n: int | None,
+                  ignore_index: int | None, from_logits: bool) -> np.ndarray:
+    """``score()``'s shared options checked on a curve's inputs (the mode against the shapes,
+    the size of dim 1, ``ignore_index``'s type); the scores to rank: multiclass logits as
+    their log-softmax (the softmax's order without its ties in saturation), else as given."""
     from .evaluate.threshold import as_array
     from .runtime.options import MODES, look_up_option
 
@@ -111,50 +112,10 @@ def _score_inputs(preds: Any, target: Any, weight: Any, mode: str | None, n: int
             raise MetricError(f"num_classes={n} but preds have {s.shape[1]} columns")
     if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
         raise MetricError(f"ignore_index must be an int or None, got {ignore_index!r}")
-    keep = None
-    if ignore_index is not None and kind is not None:
-        kept = t != ignore_index
-        if kind == "multilabel":
-            keep = None if kept.all() else kept
-        else:
-            w = None if weight is None else as_array(weight, "sample_weight")
-            s, t = s[kept], t[kept]
-            weight = None if w is None or w.shape != kept.shape else w[kept]
     if from_logits and kind == "multiclass" and s.size:
         s = s.astype(np.float64)
         s = s - np.logaddexp.reduce(s, axis=1, keepdims=True)  # log-softmax: no ties at 0 or 1
-    return s, t, weight, keep
-
-
-def _masked_columns(one: Any, s: np.ndarray, t: np.ndarray, keep: np.ndarray, weight: Any,
-                    average: str | None) -> float | np.ndarray:
-    """Multilabel scores with ignored elements: each column on its kept elements, averaged
-    as :func:`metricc.evaluate.curve.column_average` averages."""
-    from .evaluate.curve import AVERAGES
-    from .evaluate.threshold import as_array
-
-    average = None if average == "none" else average
-    if average not in AVERAGES:
-        raise MetricError(f"average must be one of 'macro', 'weighted', 'micro' or None, got {average!r}")
-    if not np.isin(t[keep], (0, 1)).all():
-        raise MetricError("a multilabel target holds 0 and 1 (or ignore_index)")
-    w = None if weight is None else as_array(weight, "sample_weight").astype(np.float64)
-    y = t.astype(np.float64)
-    if average == "micro":
-        ww = None if w is None else np.broadcast_to(w[:, None], keep.shape)[keep]
-        return one(s[keep], y[keep], ww)
-    cols = range(s.shape[1])
-    support = np.array([(y[keep[:, c], c] * (1.0 if w is None else w[keep[:, c]])).sum() for c in cols])
-    values = np.zeros(len(cols))
-    for c in cols:
-        if average == "weighted" and support[c] == 0:
-            continue  # weight 0, as column_average (its score may be undefined)
-        values[c] = one(s[keep[:, c], c], y[keep[:, c], c], None if w is None else w[keep[:, c]])
-    if average is None:
-        return values
-    if average == "weighted":
-        return 0.0 if support.sum() == 0 else float(np.average(values, weights=support))
-    return float(values.mean())
+    return s
 
 
 class CurveMetric(Metric):
@@ -171,16 +132,12 @@ class CurveMetric(Metric):
     statistic: ClassVar[Statistic] = STATISTICS["curve"]
     kind: ClassVar[str] = "curve"
     check_report: ClassVar[type[Any]] = CurveCheckReport
-    _NO_THRESHOLD = ("best_threshold and BestFeasible apply to metrics at one threshold; a curve "
-                     "metric is over all of them (best(f) is the best value of f over thresholds)")
-    _NO_CONSTRAINTS = ("constraints apply to 2 x 2 metrics; write the bound into best(): "
-                       "best(recall, precision >= 0.9)")
-    not_applicable: ClassVar[Mapping[str, str]] = {
-        "best_threshold": _NO_THRESHOLD, "decision_objective": _NO_THRESHOLD,
-        "parse_constraints": _NO_CONSTRAINTS, "constraint_scores": _NO_CONSTRAINTS,
-        "feasible": _NO_CONSTRAINTS,
-        "verify_subject": "verify() proves the curve kernels itself (metricc.verify.curve)",
-    }
+    not_applicable: ClassVar[Mapping[str, str]] = refusals(
+        threshold="best_threshold and BestFeasible apply to metrics at one threshold; a curve "
+                  "metric is over all of them (best(f) is the best value of f over thresholds)",
+        constraints="constraints apply to 2 x 2 metrics; write the bound into best(): "
+                    "best(recall, precision >= 0.9)",
+        verify_subject="verify() proves the curve kernels itself (metricc.verify.curve)")
 
     def __init__(self, formula: CurveFormula, params: Mapping[str, Any], name: str | None,
                  higher_is_better: bool, constraints: tuple[Any, ...] = ()) -> None:
@@ -293,17 +250,14 @@ class CurveMetric(Metric):
             raise MetricError(f"threshold={threshold!r} does not apply to a curve metric: the curve is "
                               "taken over every threshold (best(f) picks the best one)")
         check_flag("from_logits", from_logits)
-        preds, target, sample_weight, keep = _score_inputs(
-            preds, target, sample_weight, mode, class_count(num_classes, num_labels), ignore_index,
-            from_logits)
-        what = self.name or "the curve metric"
+        scores = _score_inputs(preds, target, mode, class_count(num_classes, num_labels), ignore_index,
+                               from_logits)
 
         def one(s: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> float:
             return _exact_value(self._expr, s, y, w)
 
-        if keep is not None:  # multilabel with ignored elements: each column its own
-            return _masked_columns(one, preds, target, keep, sample_weight, average)
-        return column_average(one, preds, target, sample_weight, average=average, what=what)
+        return column_average(one, scores, target, sample_weight, average=average,
+                              what=self.name or "the curve metric", ignore_index=ignore_index)
 
     @checked_keywords(("num_labels", "num_classes", "ignore_index", "from_logits", *TORCHMETRICS_OPTIONS))
     def metric(self, *, thresholds: Any = None, average: str | None = "macro",

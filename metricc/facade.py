@@ -31,7 +31,19 @@ if TYPE_CHECKING:
 # emit (through SymPy's TorchPrinter) and evaluate import torch: they are imported where
 # first needed, so that `metricc grad`/`metricc list` never load torch.
 
-__all__ = ["Loss", "Metric"]
+__all__ = ["Loss", "Metric", "refusals"]
+
+
+def refusals(*, threshold: str, constraints: str, verify_subject: str) -> dict[str, str]:
+    """``Metric.not_applicable`` of a statistic without decision thresholds and constraints:
+    every method of each family refused with the family's reason.
+
+    >>> sorted(refusals(threshold="t", constraints="c", verify_subject="v").items())[:2]
+    [('best_threshold', 't'), ('constraint_scores', 'c')]
+    """
+    return {**dict.fromkeys(("best_threshold", "decision_objective"), threshold),
+            **dict.fromkeys(("parse_constraints", "constraint_scores", "feasible"), constraints),
+            "verify_subject": verify_subject}
 
 
 class Loss(Protocol):
@@ -56,13 +68,10 @@ class Metric:
     saying why (``not_applicable``), never another statistic's answer.
 
     >>> import metricc
-    >>> m = metricc.compile("2*TP / (2*TP + FP + FN)")
-    >>> m.expr
-    2*TP/(FN + FP + 2*TP)
-    >>> m.value(tp=30, fp=5, fn=10, tn=955)
-    0.8
-    >>> isinstance(m, metricc.Metric), type(m).__name__
-    (True, 'CountsMetric')
+    >>> [type(metricc.compile(f)).__name__ for f in ("f1", "quadratic_kappa", "auroc")]
+    ['CountsMetric', 'MatrixMetric', 'CurveMetric']
+    >>> isinstance(metricc.compile("auroc"), metricc.Metric)
+    True
     """
 
     #: The statistic this facade compiles (declared once, by each statistic's facade).

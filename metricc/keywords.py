@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from .errors import MetricError, suggest
 
-__all__ = ["TORCHMETRICS_OPTIONS", "check_passed_on", "checked_keywords", "class_count", "unknown_keyword"]
+__all__ = ["TORCHMETRICS_OPTIONS", "check_passed_on", "checked_keywords", "unknown_keyword"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,21 +35,6 @@ TORCHMETRICS_OPTIONS = ("compute_on_cpu", "dist_sync_on_step", "process_group", 
 _OTHER_NAMES = {
     "task": "torchmetrics' task= is mode= here: mode='binary', 'multiclass' or 'multilabel'",
 }
-
-
-def class_count(num_classes: int | None, num_labels: int | None) -> int | None:
-    """The size of dim 1, given as ``num_classes`` or as torchmetrics' multilabel name
-    ``num_labels``: the same thing in every statistic's ``score`` and ``metric``.
-
-    >>> class_count(None, 4), class_count(3, None), class_count(5, 5)
-    (4, 3, 5)
-    """
-    if num_labels is None:
-        return num_classes
-    if num_classes is not None and num_classes != num_labels:
-        raise MetricError(f"num_classes={num_classes!r} and num_labels={num_labels!r} name the same "
-                          "thing (the size of dim 1; num_labels is torchmetrics' name): pass one")
-    return num_labels
 
 
 def unknown_keyword(method: str, key: str, options: Sequence[str]) -> MetricError:

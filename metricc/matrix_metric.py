@@ -21,11 +21,12 @@ from .analysis.matrix_check import MatrixCheckReport, MatrixSingularity, check, 
 from .analysis.statistics import STATISTICS, Statistic, analysis_errors, as_rational, refuse_unreal
 from .counts_scoring import stateful_module
 from .errors import MetricError
-from .facade import Metric
-from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords, class_count
+from .facade import Metric, refusals
+from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
 from .language.matrix import MatrixFormula, display
 from .language.parse import parse
 from .language.symbols import A, B, C
+from .runtime.options import class_count
 
 if TYPE_CHECKING:
     from .evaluate.stateful import MatrixStatefulMetric
@@ -141,16 +142,12 @@ class MatrixMetric(Metric):
                 "confusion matrices")
         self._gradient: sympy.Expr | None = None
 
-    _NO_THRESHOLD = ("best_threshold and BestFeasible apply to binary decisions; a K x K metric "
-                     "scores the argmax over classes")
-    _NO_CONSTRAINTS = ("constraints apply to 2 x 2 metrics; a K x K metric is one number of "
-                       "the whole matrix")
-    not_applicable: ClassVar[Mapping[str, str]] = {
-        "best_threshold": _NO_THRESHOLD, "decision_objective": _NO_THRESHOLD,
-        "parse_constraints": _NO_CONSTRAINTS, "constraint_scores": _NO_CONSTRAINTS,
-        "feasible": _NO_CONSTRAINTS,
-        "verify_subject": "verify() builds the K x K subject itself (verify.matrix.MatrixSubject)",
-    }
+    not_applicable: ClassVar[Mapping[str, str]] = refusals(
+        threshold="best_threshold and BestFeasible apply to binary decisions; a K x K metric "
+                  "scores the argmax over classes",
+        constraints="constraints apply to 2 x 2 metrics; a K x K metric is one number of the "
+                    "whole matrix",
+        verify_subject="verify() builds the K x K subject itself (verify.matrix.MatrixSubject)")
 
     # --- symbolic --------------------------------------------------------------------------
     @property

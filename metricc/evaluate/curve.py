@@ -229,10 +229,12 @@ def _columns(scores: Any, target: Any, what: str) -> tuple[np.ndarray, np.ndarra
 
 def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
                    target: Any, sample_weight: Any = None, *, average: str | None = "macro",
-                   what: str = "score") -> float | np.ndarray:
+                   what: str = "score", ignore_index: int | None = None) -> float | np.ndarray:
     """``score(scores, labels, weights)`` of each column, averaged as scikit-learn averages
     ``roc_auc_score`` and ``average_precision_score`` (binary ``(N,)``, multilabel ``(N, C)``,
     multiclass one-vs-rest ``(N, C)`` with ``(N,)`` class indices); :func:`auroc` does the same.
+    Elements whose target is ``ignore_index`` get weight 0 in their column: a curve leaves
+    zero-weight scores out exactly (not even their thresholds count).
 
     >>> column_average(lambda s, y, w: float(y.mean()), [[0.2, 0.8], [0.6, 0.4]], [[1, 0], [1, 1]])
     0.75
@@ -240,13 +242,24 @@ def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], 
     average = None if average == "none" else average
     if average not in AVERAGES:
         raise MetricError(f"average must be one of 'macro', 'weighted', 'micro' or None, got {average!r}")
+    keep = None
+    if ignore_index is not None:
+        t = as_array(target, "target")
+        keep = t != ignore_index
+        target = np.where(keep, t, 0)  # any valid label: the element's weight is 0
     s, y, kind = _columns(scores, target, what)
     w = _weights(sample_weight, s.shape[0])
+    if keep is not None:  # one weight per element: (N, C)
+        keep = keep if keep.ndim == 2 else keep[:, None]
+        w = (np.ones(s.shape[0]) if w is None else w)[:, None] * keep
+    col = (lambda c: w) if w is None or w.ndim == 1 else (lambda c: w[:, c])
     if kind == "binary":
-        return score(s[:, 0], y[:, 0], w)
+        return score(s[:, 0], y[:, 0], col(0))
     if average == "micro":
-        return score(s.ravel(), y.ravel(), None if w is None else np.repeat(w, s.shape[1]))
-    support = (y if w is None else y * w[:, None]).sum(0) if average == "weighted" else None
+        return score(s.ravel(), y.ravel(), None if w is None else np.broadcast_to(
+            w if w.ndim == 2 else w[:, None], s.shape).ravel())
+    support = (y if w is None else y * (w if w.ndim == 2 else w[:, None])).sum(0) \
+        if average == "weighted" else None
     if support is not None and np.isclose(support.sum(), 0):
         return 0.0  # scikit-learn's value when no column has a positive
     values = np.zeros(s.shape[1])
@@ -254,7 +267,7 @@ def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], 
         if support is not None and support[c] == 0:
             continue  # weight 0: scikit-learn forces it to 0 (its score may be undefined)
         try:
-            values[c] = score(s[:, c], y[:, c], w)
+            values[c] = score(s[:, c], y[:, c], col(c))
         except MetricError as e:
             raise MetricError(f"{what} of column {c}: {e}; average='weighted' gives columns without "
                               "positives weight 0, 'micro' pools all columns") from None

@@ -38,7 +38,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from ..analysis.curve_bounds import check_bounds
 from ..errors import MetricError, MetricWarning
-from ..runtime.options import look_up_option
+from ..runtime.options import class_count, look_up_option
 from .curve import binned_counts, exact_curve
 from .curve_formula import evaluate_curve
 
@@ -58,11 +58,7 @@ def _grid(thresholds: Any) -> Tensor:
 
 
 def _classes(mode: str, num_labels: int | None, num_classes: int | None) -> int:
-    # num_labels (torchmetrics' multilabel name) and num_classes are one size of dim 1
-    if num_labels is not None and num_classes is not None and num_labels != num_classes:
-        raise MetricError(f"num_classes={num_classes!r} and num_labels={num_labels!r} name the same "
-                          "thing (the size of dim 1): pass one")
-    n = num_classes if num_classes is not None else num_labels
+    n = class_count(num_classes, num_labels)  # num_labels: torchmetrics' name for the same size
     if mode == "binary":
         if n is not None:
             raise MetricError("mode='binary' takes neither num_labels nor num_classes; pass "

@@ -193,3 +193,18 @@ def _as_float(value: Any) -> float:
     if isinstance(value, bool) or not math.isfinite(x) or x < 0:
         raise MetricError(f"class_weights must be finite numbers >= 0, got {value!r}")
     return x
+
+
+def class_count(num_classes: int | None, num_labels: int | None) -> int | None:
+    """The size of dim 1, given as ``num_classes`` or as torchmetrics' multilabel name
+    ``num_labels``: the same thing in every statistic's ``score`` and ``metric``.
+
+    >>> class_count(None, 4), class_count(3, None), class_count(5, 5)
+    (4, 3, 5)
+    """
+    if num_labels is None:
+        return num_classes
+    if num_classes is not None and num_classes != num_labels:
+        raise MetricError(f"num_classes={num_classes!r} and num_labels={num_labels!r} name the same "
+                          "thing (the size of dim 1; num_labels is torchmetrics' name): pass one")
+    return num_labels
