@@ -190,6 +190,17 @@ def curve_grad(m: Any, latex: bool) -> int:
     return EXIT_OK
 
 
+def groups_grad(m: Any, latex: bool) -> int:
+    rows = [("f", m.expr), *m.gradient.items()]
+    if latex:
+        return _print_rows(rows, _latex)
+    _print_rows(rows)
+    print("(the local forms, symbolic in the number of groups G: f = h(r0, r1, ..., TP, FP, FN, TN) "
+          "over the reductions r_j and the overall counts; dV/dTP_g = sum_j dh/dr_j dr_j/df_g "
+          "df_j/dTP at group g's counts + dh/dTP; docs/groups.md)")
+    return EXIT_OK
+
+
 def cmd_grad(args: argparse.Namespace) -> int:
     m = _compile(args)
     from .analysis.statistics import resolve
@@ -199,10 +210,10 @@ def cmd_grad(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .library import CURVE_METRICS, MATRIX_METRICS, METRICS
+    from .library import CURVE_METRICS, GROUP_METRICS, MATRIX_METRICS, METRICS
 
     rows = [("name", "better", "aliases", "formula")]
-    for m in [*METRICS.values(), *MATRIX_METRICS.values(), *CURVE_METRICS.values()]:
+    for m in [*METRICS.values(), *MATRIX_METRICS.values(), *CURVE_METRICS.values(), *GROUP_METRICS.values()]:
         formula = "; ".join(line.split("#")[0].strip() for line in m.formula.splitlines())
         if m.params:
             formula += "   [" + ", ".join(
