@@ -30,7 +30,7 @@ from .errors import MetricError
 from .facade import Metric
 from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
 from .language.groups import GroupFormula
-from .runtime.options import class_count
+from .runtime.options import check_flag, class_count
 
 if TYPE_CHECKING:
     from .verify.report import VerificationReport
@@ -219,16 +219,31 @@ class GroupMetric(Metric):
     def best_threshold(self, scores: Any, target: Any, *, groups: Any, per_group: bool = False,
                        constraints: Sequence[str] | None = None, confidence: float | None = None,
                        from_logits: bool = False, zero_division: float | None = None) -> Any:
-        """Decision thresholds for this group metric on held-out scores:
-        :func:`metricc.evaluate.group_thresholds.choose_group_thresholds` (one threshold, or one
-        per group with ``per_group=True``; 2 x 2 ``constraints`` hold in every group, with the
-        stated ``confidence`` on new data)."""
-        from .evaluate.group_thresholds import choose_group_thresholds
+        """Decision thresholds for this group metric on held-out scores: one for every group, or
+        one per group with ``per_group=True`` (in the sorted order of the group labels). 2 x 2
+        ``constraints`` (``["recall >= 0.8"]``) must hold in every group; with
+        ``confidence=c``, on new data with probability at least ``c`` for all groups together
+        (exact Clopper-Pearson bounds per group, Bonferroni across groups), and a group too
+        small to certify is named. See :func:`metricc.evaluate.group_thresholds.choose_group_thresholds`.
 
-        return choose_group_thresholds(self._expr, self.higher_is_better, self.name or self.text.strip(),
+        >>> import metricc
+        >>> m = metricc.compile("worst_group_accuracy")
+        >>> m.best_threshold([0.9, 0.4, 0.6, 0.3], [1, 0, 1, 0], groups=[0, 0, 1, 1], per_group=True)
+        GroupThresholdChoice(threshold=[0.9, 0.6], value=1.0, groups=[0, 1], confidence=None, bounds=None)
+        """
+        from .evaluate.group_thresholds import choose_group_thresholds
+        from .evaluate.groups import evaluate_groups
+        from .metric import compile
+
+        check_flag("per_group", per_group)
+        bounds = compile("accuracy").decision_objective(constraints or []).constraints
+
+        def value(counts: np.ndarray) -> np.ndarray:
+            return evaluate_groups([self._expr], counts, zero_division)[0]
+
+        return choose_group_thresholds(value, self.higher_is_better, self.name or self.text.strip(),
                                        scores, target, groups, per_group=per_group,
-                                       constraints=constraints, confidence=confidence,
-                                       from_logits=from_logits, zero_division=zero_division)
+                                       constraints=bounds, confidence=confidence, from_logits=from_logits)
 
     # --- analysis --------------------------------------------------------------------------
     def _run_check(self) -> GroupCheckReport:

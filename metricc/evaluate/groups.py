@@ -14,6 +14,7 @@ undefined (recall of a group without positives) is an error naming it, unless
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -64,42 +65,50 @@ def group_count_table(decisions: np.ndarray, y: np.ndarray, groups: np.ndarray, 
     return out
 
 
+@lru_cache(maxsize=256)
+def _lambdified(args: tuple[sympy.Symbol, ...], expr: sympy.Expr) -> Any:
+    return sympy.lambdify(list(args), expr, "numpy")
+
+
 def _local(expr: sympy.Expr, counts: np.ndarray) -> np.ndarray:
-    fn = sympy.lambdify(_COUNT_SYMBOLS, expr, "numpy")
+    """A local 2 x 2 expression at every group's counts ``(..., G, 4)`` -> ``(..., G)``
+    (0/0 is nan: undefined in that group)."""
+    fn = _lambdified(tuple(_COUNT_SYMBOLS), expr)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.broadcast_to(np.asarray(fn(*counts.T), dtype=np.float64), counts.shape[:1]).copy()
+        return np.broadcast_to(np.asarray(fn(*np.moveaxis(counts, -1, 0)), dtype=np.float64),
+                               counts.shape[:-1]).copy()
 
 
 def _reduce(node: GroupReduction, counts: np.ndarray, zero_division: float | None,
-            labels: Sequence[Any]) -> float:
+            labels: Sequence[Any]) -> np.ndarray:
     f = _local(node.args[0], counts)
     if isinstance(node, VsRest):
-        f = f - _local(node.args[0], counts.sum(0)[None, :] - counts)
+        f = f - _local(node.args[0], counts.sum(-2, keepdims=True) - counts)
     bad = ~np.isfinite(f)
     if bad.any():
         if zero_division is None:
-            who = ", ".join(repr(labels[i]) for i in np.flatnonzero(bad)[:5])
+            who = ", ".join(repr(labels[i]) for i in np.flatnonzero(bad.any(axis=tuple(range(bad.ndim - 1))))[:5])
             raise MetricError(f"{node} is undefined in group {who} (a rate with no samples to count, "
                               "such as the recall of a group without positives); pass "
                               "zero_division=<value> to score it as that value (fairlearn and "
                               "scikit-learn score it 0: zero_division=0)")
         f = np.where(bad, float(zero_division), f)
     if isinstance(node, VsRest):
-        return float(np.max(np.abs(f)))
-    top, low = float(np.max(f)), float(np.min(f))
+        return np.max(np.abs(f), -1)
+    top, low = np.max(f, -1), np.min(f, -1)
     if isinstance(node, Worst):
         return low
     if isinstance(node, Ratio):
-        if top == 0:
-            return 0.0 if low == 0 else float("nan")
-        return low / top
-    return {"gap": top - low, "groupmax": top, "groupmean": float(np.mean(f))}[node.keyword]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(top == 0, np.where(low == 0, 0.0, np.nan), low / np.where(top == 0, 1.0, top))
+    return {"gap": top - low, "groupmax": top, "groupmean": np.mean(f, -1)}[node.keyword]
 
 
 def evaluate_groups(exprs: Sequence[sympy.Expr], counts: np.ndarray, zero_division: float | None = None,
                     labels: Sequence[Any] | None = None) -> np.ndarray:
-    """The exact values of resolved group expressions (parameters substituted) at ``(G, 4)``
-    counts: ``(J,)``.
+    """The exact values of resolved group expressions (parameters substituted) at ``(..., G, 4)``
+    counts (leading axes: many count tables at once, e.g. one per candidate threshold):
+    ``(J, ...)``.
 
     >>> from metricc.language.parse import parse
     >>> counts = np.array([[1.0, 1, 1, 0], [0, 1, 0, 2]])  # group 1: no positives
@@ -107,9 +116,9 @@ def evaluate_groups(exprs: Sequence[sympy.Expr], counts: np.ndarray, zero_divisi
     [0.5]
     """
     counts = np.asarray(counts, dtype=np.float64)
-    if counts.ndim != 2 or counts.shape[1] != 4 or counts.shape[0] < 1:
+    if counts.ndim < 2 or counts.shape[-1] != 4 or counts.shape[-2] < 1:
         raise MetricError(f"group counts must be (G, 4) with G >= 1, got {counts.shape}")
-    labels = list(labels) if labels is not None else list(range(counts.shape[0]))
+    labels = list(labels) if labels is not None else list(range(counts.shape[-2]))
     out = []
     for expr in exprs:
         nodes = group_nodes(expr)
@@ -118,7 +127,9 @@ def evaluate_groups(exprs: Sequence[sympy.Expr], counts: np.ndarray, zero_divisi
         if free := {s.name for s in outer.free_symbols} - {s.name for s in syms} - set(COUNTS):
             raise MetricError(f"the group formula has parameters {sorted(free)} without values")
         reduced = [_reduce(node, counts, zero_division, labels) for node in nodes]
-        fn = sympy.lambdify([*syms, *_COUNT_SYMBOLS], outer, "numpy")
+        fn = _lambdified((*syms, *_COUNT_SYMBOLS), outer)
         with np.errstate(divide="ignore", invalid="ignore"):
-            out.append(float(fn(*reduced, *counts.sum(0))))
+            total = np.moveaxis(counts.sum(-2), -1, 0)
+            out.append(np.broadcast_to(np.asarray(fn(*reduced, *total), dtype=np.float64),
+                                       counts.shape[:-2]))
     return np.asarray(out, dtype=np.float64)
