@@ -17,8 +17,6 @@ from .analysis.statistics import STATISTICS, analysis_errors, resolve, statistic
 from .counts_metric import CountsMetric
 from .errors import MetricError, MissingParameterError, suggest_all
 from .facade import Metric
-from .language.curve import CurveFormula
-from .language.matrix import MatrixFormula
 from .language.parse import Formula, check_single_identifier, known_names, parse
 from .library import lookup
 from .runtime.options import check_flag
@@ -72,7 +70,7 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def _check_parameter_ranges(parsed: Formula | MatrixFormula | CurveFormula, given: Mapping[str, float]) -> None:
+def _check_parameter_ranges(parsed: Any, given: Mapping[str, float]) -> None:
     """Refuse a named metric's parameter outside its range (``fbeta`` with ``beta < 0``)."""
     for metric_name in parsed.metrics:
         metric = lookup(metric_name)

@@ -146,7 +146,6 @@ def test_standalone_file_imports_with_torch_only(tmp_path: os.PathLike[str]) -> 
     m = metricc.compile("equal_opportunity_difference")
     path = os.path.join(tmp_path, "eo_loss.py")
     m.standalone(path)
-    x, y, g = _batch()
     code = ("import sys; sys.modules['metricc'] = None; sys.path.insert(0, sys.argv[1]);"
             "import torch, eo_loss; x = torch.randn(64, dtype=torch.float64, generator="
             "torch.Generator().manual_seed(0)); y = (torch.rand(64, generator=torch.Generator()"
@@ -195,7 +194,7 @@ def test_bad_groups_are_refused() -> None:
 
 def test_score_undefined_group_is_named() -> None:
     m = metricc.compile("equal_opportunity_difference")
-    with pytest.raises(MetricError, match="group 'b'.*zero_division=0"):
+    with pytest.raises(MetricError, match=r"group 'b'.*zero_division=0"):
         m.score([0.9, 0.2, 0.8, 0.7], [1, 1, 0, 0], groups=["a", "a", "b", "b"])
     assert m.score([0.9, 0.2, 0.8, 0.7], [1, 1, 0, 0], groups=["a", "a", "b", "b"],
                    zero_division=0) == 0.5

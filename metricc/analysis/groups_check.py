@@ -65,8 +65,8 @@ class GroupCheckReport:
                              f"({move}, sampled at {self.samples} points)")
         for node, sign in self.disparities.items():
             if (sign > 0) == self.higher_is_better:
-                out[node] = (f"the metric {'rises' if sign > 0 else 'falls'} as the disparity {node} "
-                             f"widens, so the loss would {'widen' if self.higher_is_better == (sign > 0) else 'narrow'} it")
+                rises = "rises" if sign > 0 else "falls"
+                out[node] = f"the metric {rises} as the disparity {node} widens, so the loss would widen it"
         return out
 
     def __str__(self) -> str:

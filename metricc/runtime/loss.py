@@ -22,7 +22,7 @@ from .hints import overflow_message
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .modes import check_rows, class_rows, validate_inputs
 from .options import check_class_options, check_flag, check_number, look_up_option
-from .relax import OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
+from .relax import OPTION_DEFAULTS, OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
 from .symbolic import fits, host_twin, symbolic_function
 from .weights import validate_weight, weight_rows
@@ -101,11 +101,11 @@ class MetricLoss(torch.nn.Module):
         self,
         relaxation: str | None = None,
         *,
-        amplifier: float = 73.0,
-        slope: float = 1.0,
-        offset: float = 0.0,
-        temperature: float = 1.0,
-        alpha: float = 1.0,
+        amplifier: float = OPTION_DEFAULTS["amplifier"],
+        slope: float = OPTION_DEFAULTS["slope"],
+        offset: float = OPTION_DEFAULTS["offset"],
+        temperature: float = OPTION_DEFAULTS["temperature"],
+        alpha: float = OPTION_DEFAULTS["alpha"],
         from_logits: bool = False,
         backward: str = "symbolic",
         multidim_average: str = "global",
