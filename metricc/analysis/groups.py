@@ -23,7 +23,7 @@ from ..language.groups import GroupReduction, group_nodes
 from ..language.symbols import COUNTS, EPS, TO_POSITIVE
 from .counts import guard, undefined_where
 from .curve import guard_outer
-from .domain import Domain, candidates, domain_problem
+from .domain import reductions_domain_problem
 
 __all__ = ["DEFAULT_GROUP_TAU", "TAU", "GroupForms", "LocalTerm", "group_domain_problem", "group_forms",
            "group_undefined_where", "local_term"]
@@ -138,15 +138,4 @@ def group_domain_problem(expr: sympy.Expr,
     the overall counts, searched at ``samples(nodes)``: rows ``(r_0, ..., TP, FP, FN, TN)`` that
     group counts reach (exact values at random counts, which the facade computes; called only
     where the outer expression has a piece that needs a nonnegative base)."""
-    nodes = tuple(group_nodes(expr))
-    for node in nodes:
-        if (problem := domain_problem(node.args[0])) is not None:
-            return f"in {node.keyword}(...), {problem}"
-    syms = tuple(sympy.Symbol(f"r{j}") for j in range(len(nodes)))
-    outer = expr.xreplace(dict(zip(nodes, syms, strict=True)))
-    variables = (*syms, *_COUNTS)
-    if not candidates(outer, variables):
-        return None
-    names = tuple(str(n) if len(str(n)) <= 40 else f"{n.keyword}(...)" for n in nodes)
-    domain = Domain(variables, samples(nodes), (*names, *COUNTS), TO_POSITIVE)
-    return domain_problem(outer, domain, shown=dict(zip(syms, nodes, strict=True)))
+    return reductions_domain_problem(expr, group_nodes(expr), _COUNTS, TO_POSITIVE, samples)

@@ -21,6 +21,7 @@ import numpy as np
 import sympy
 
 from ..language.groups import Gap, VsRest
+from .curve_check import sampled_direction, sampled_wrong_way
 from .groups import group_forms
 
 __all__ = ["GroupCheckReport", "check", "sample_group_counts"]
@@ -54,15 +55,10 @@ class GroupCheckReport:
         return any(d != "constant" for d in self.moves.values())
 
     def wrong_way(self) -> dict[str, str]:
-        """``{move: why}`` for each move along which the metric always goes against training."""
-        out = {}
-        for move, direction in self.moves.items():
-            up = move == "FN->TP"
-            bad = "decreasing" if up == self.higher_is_better else "increasing"
-            if direction == bad:
-                who = "positive" if up else "negative"
-                out[move] = (f"the metric is {bad} as a {who}'s score rises in any group "
-                             f"({move}, sampled at {self.samples} points)")
+        """``{move: why}`` for each move along which the metric always goes against training, and
+        each disparity (a gap) the loss would widen."""
+        out = sampled_wrong_way(self.moves, self.higher_is_better, "rises in any group",
+                                f"sampled at {self.samples} points")
         for node, sign in self.disparities.items():
             if (sign > 0) == self.higher_is_better:
                 rises = "rises" if sign > 0 else "falls"
@@ -87,18 +83,6 @@ class GroupCheckReport:
         return "\n".join(lines)
 
 
-def _direction(d: np.ndarray) -> str:
-    scale = max(float(np.max(np.abs(d))), 1e-300)
-    tol = 1e-9 * scale
-    if float(np.max(np.abs(d))) < 1e-12:
-        return "constant"
-    if (d >= -tol).all():
-        return "increasing"
-    if (d <= tol).all():
-        return "decreasing"
-    return "mixed"
-
-
 def check(expr: sympy.Expr, gradient: Callable[..., Any], undefined: list[tuple[str, sympy.Expr]],
           higher_is_better: bool, tau: float, constraints: tuple[str, ...] = (),
           samples: int = 120) -> GroupCheckReport:
@@ -111,7 +95,9 @@ def check(expr: sympy.Expr, gradient: Callable[..., Any], undefined: list[tuple[
         _, d_tp, d_fp, d_fn, d_tn = gradient(*row.unbind(-1), 1e-12, tau)
         up.append((d_tp[0] - d_fn[0]).numpy())
         side.append((d_fp[0] - d_tn[0]).numpy())
-    moves = {"FN->TP": _direction(np.concatenate(up)), "TN->FP": _direction(np.concatenate(side))}
+    scale = max(float(np.abs(np.concatenate(up + side)).max()), 1e-12)
+    moves = {"FN->TP": sampled_direction(np.concatenate(up), scale),
+             "TN->FP": sampled_direction(np.concatenate(side), scale)}
     forms = group_forms((expr,))
     disparities = {str(node): 1 if d > 0 else -1
                    for node, d in zip(forms.nodes, forms.reduction_partials[0], strict=True)

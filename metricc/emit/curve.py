@@ -16,9 +16,8 @@ import sympy
 
 from ..analysis.curve import NEXT, TAU, TAU_GATE, OuterForm, PairTerm, PointTerm, local_form, outer_form
 from ..language.curve import TOTALS
-from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS
-from .printer import MetricPrinter, check_emittable, shared_subexpressions
+from .printer import assignments
 
 __all__ = ["CURVE_KERNEL_NAMES", "emit_curve_kernels"]
 
@@ -31,25 +30,10 @@ _PAD = "torch.nn.functional.pad"
 
 
 def _assignments(outputs: list[tuple[str, sympy.Expr]], prefix: str, anchor: str) -> list[str]:
-    """``name = expression`` lines after one ``sympy.cse``; ``anchor`` is a tensor of the shape
-    every line has (constants become tensors of that shape)."""
+    """The curve's kernel lines (:func:`metricc.emit.printer.assignments`) over its names."""
     allowed = {*COUNTS, *(s.name for s in _CURRENT.values()), *(s.name for s in NEXT.values()),
-               *TOTALS, EPS.name, TAU.name, TAU_GATE.name, *(n for n, _ in outputs),
-               *(f"r{j}" for j in range(len(outputs) + 64))}
-    check_emittable([e for _, e in outputs], allowed)
-    kept, reduced = shared_subexpressions([e for _, e in outputs], prefix)
-    printer = MetricPrinter()
-    lines = []
-    for sym, e in kept:
-        check_constants(e, "the generated code for the curve formula")
-        lines.append(f"    {sym} = {printer.doprint(e)}")
-    for (name, _), e in zip(outputs, reduced, strict=True):
-        check_constants(e, "the generated code for the curve formula")
-        code = printer.doprint(e)
-        lines.append(f"    {name} = {code}" if e.free_symbols else
-                     f"    {name} = torch.zeros_like({anchor}) + {code}")
-    # MetricPrinter lifts constants with zeros_like(TP): here each domain has its own shape.
-    return [line.replace("torch.zeros_like(TP)", f"torch.zeros_like({anchor})") for line in lines]
+               *TOTALS, EPS.name, TAU.name, TAU_GATE.name, *(f"r{j}" for j in range(len(outputs) + 64))}
+    return assignments(outputs, prefix, anchor, allowed, "the curve formula")
 
 
 def _pairs(terms: list[tuple[int, PairTerm]], gradient: bool) -> list[str]:

@@ -15,9 +15,8 @@ import sympy
 
 from ..analysis.groups import TAU, GroupForms, LocalTerm, group_forms, local_term
 from ..language.groups import VsRest
-from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS
-from .printer import MetricPrinter, check_emittable, shared_subexpressions
+from .printer import assignments
 
 __all__ = ["GROUP_KERNEL_NAMES", "emit_group_kernels"]
 
@@ -31,24 +30,10 @@ _REST = {s: sympy.Symbol(f"{s.name}r") for s in COUNTS.values()}
 
 
 def _assignments(outputs: list[tuple[str, sympy.Expr]], prefix: str, anchor: str) -> list[str]:
-    """``name = expression`` lines after one ``sympy.cse``; a line without a free symbol is a
-    tensor shaped as ``anchor``."""
+    """The group kernels' lines (:func:`metricc.emit.printer.assignments`) over their names."""
     allowed = {*_C, *(s.name for s in _ALL.values()), *(s.name for s in _REST.values()), EPS.name,
-               TAU.name, *(n for n, _ in outputs), *(f"r{j}" for j in range(len(outputs) + 64))}
-    check_emittable([e for _, e in outputs], allowed)
-    kept, reduced = shared_subexpressions([e for _, e in outputs], prefix)
-    printer = MetricPrinter()
-    lines = []
-    for sym, e in kept:
-        check_constants(e, "the generated code for the group formula")
-        lines.append(f"    {sym} = {printer.doprint(e)}")
-    for (name, _), e in zip(outputs, reduced, strict=True):
-        check_constants(e, "the generated code for the group formula")
-        code = printer.doprint(e)
-        lines.append(f"    {name} = {code}" if e.free_symbols else
-                     f"    {name} = torch.zeros_like({anchor}) + {code}")
-    # the printer lifts constants with zeros_like(TP); here each kind of line has its own shape
-    return [line.replace("torch.zeros_like(TP)", f"torch.zeros_like({anchor})") for line in lines]
+               TAU.name, *(f"r{j}" for j in range(len(outputs) + 64))}
+    return assignments(outputs, prefix, anchor, allowed, "the group formula")
 
 
 def _locals(forms: GroupForms, terms: list[LocalTerm], gradient: bool) -> list[str]:

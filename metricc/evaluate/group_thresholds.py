@@ -132,7 +132,8 @@ def choose_group_thresholds(value: Callable[[np.ndarray], np.ndarray], higher_is
            for k in range(g)]
     masks = [_feasible(constraints, c[:, 0], confidence, level or 0.0, labels[k]) for k, (_, c) in enumerate(own)]
     if common is not None:  # start from the best common threshold: the same decisions per group
-        pick = [int(np.sum(t >= thresholds[common])) - 1 for t, _ in own]
+        # (a group none of whose scores reaches it predicts nothing: its own top threshold)
+        pick = [max(int(np.sum(t >= thresholds[common])) - 1, 0) for t, _ in own]
     else:  # else from each group's lowest feasible threshold
         pick = [int(np.flatnonzero(m)[-1]) if m.any() else _none(labels[k]) for k, (m, _) in enumerate(masks)]
     current = np.stack([own[k][1][pick[k], 0] for k in range(g)])
