@@ -25,6 +25,7 @@ from ..errors import MetricError
 from ..library import lookup
 from .curve import AreaCall, BestCall, StepsCall
 from .matrix import PLACEHOLDERS
+from .reductions import ReductionResolver
 from .symbols import COUNTS, DERIVED
 
 __all__ = ["GROUP_REDUCTIONS", "Gap", "GroupCall", "GroupConstraint", "GroupFormula", "GroupMax",
@@ -144,28 +145,16 @@ def uses_groups(exprs: Iterable[sympy.Expr]) -> bool:
 _FOREIGN = (*PLACEHOLDERS, AreaCall, StepsCall, BestCall)
 
 
-class _Resolver:
+class _Resolver(ReductionResolver):
     """One group formula's names: bindings, counts, named metrics and parameters."""
 
-    def __init__(self, pos: Any, parse_metric: Callable[[str], Any]) -> None:
-        self.pos, self.parse_metric, self.fail = pos, parse_metric, pos.fail
-        self.defined: dict[str, sympy.Expr] = {}
-        self.params: set[str] = set()
-        self.defaults: dict[str, Any] = {}
-        self.used: list[str] = []
-        self.parsed: dict[str, Any] = {}
+    reductions = GROUP_REDUCTIONS
 
-    def library(self, name: str) -> Any:
-        metric = lookup(name)
-        assert metric is not None
-        if metric.name not in self.parsed:
-            self.parsed[metric.name] = self.parse_metric(metric.formula)
-        if metric.name not in self.used:
-            self.used.append(metric.name)
-        for k, v in metric.params.items():
-            self.defaults.setdefault(k, v)
-        self.params.update(self.parsed[metric.name].parameters)
-        return self.parsed[metric.name]
+    def reserved(self, name: str) -> str | None:
+        if name in COUNTS:
+            return (f"'{name}' is one of the four counts (TP, FP, FN, TN) and cannot be redefined; "
+                    "choose another name")
+        return None
 
     def name(self, e: sympy.Symbol, local: bool) -> sympy.Expr:
         n = e.name
@@ -207,23 +196,6 @@ class _Resolver:
         if not e.args:
             return e
         return e.func(*(self.walk(a, local) for a in e.args))
-
-    def bind(self, bindings: list[tuple[Any, sympy.Expr]], functions: Collection[str]) -> None:
-        names = [str(b) for b, _ in bindings]
-        for i, (tok, expr) in enumerate(bindings):
-            n = str(tok)
-            if n in COUNTS:
-                raise self.pos.error(f"'{n}' is one of the four counts (TP, FP, FN, TN) and cannot be "
-                                     "redefined; choose another name", tok)
-            if n in functions or n in GROUP_REDUCTIONS:
-                raise self.pos.error(f"'{n}' is a function and cannot be redefined", tok)
-            if n in self.defined:
-                raise self.pos.error(f"'{n}' is defined twice", tok)
-            for s in expr.atoms(sympy.Symbol):
-                if s.name in names[i:]:
-                    raise self.pos.error(f"'{s.name}' is used before it is defined",
-                                         self.pos.first_use[s.name])
-            self.defined[n] = expr  # substituted where used: per group inside a reduction
 
 
 def resolve_groups(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,
