@@ -48,6 +48,12 @@ _CONSTRAINTS_HERE = ("a group formula takes its bounds in its own clause: "
                      "'accuracy subject to gap(recall) <= 0.05'")
 
 
+def _need_groups(groups: Any, method: str) -> None:
+    if groups is None:
+        raise MetricError(f"{method}() of a group metric needs each sample's group: groups=[...] "
+                          "(one label per sample, fairlearn's sensitive_features)")
+
+
 def _violation(c: Any) -> sympy.Expr:
     """``v > 0`` where the constraint is violated: ``lhs - rhs`` for ``<=``, else ``rhs - lhs``."""
     return c.lhs - c.rhs if c.op == "<=" else c.rhs - c.lhs
@@ -173,7 +179,7 @@ class GroupMetric(Metric):
         return float(v)
 
     @checked_keywords()
-    def score(self, preds: Any, target: Any, *, groups: Any, sample_weight: Any = None,
+    def score(self, preds: Any, target: Any, *, groups: Any = None, sample_weight: Any = None,
               threshold: float | Sequence[float] = 0.5, from_logits: bool = False,
               zero_division: float | None = None, mode: str | None = None, num_classes: int | None = None,
               num_labels: int | None = None, average: str | None = None,
@@ -195,6 +201,7 @@ class GroupMetric(Metric):
                 or average is not None or ignore_index is not None:
             raise MetricError("a group metric is over binary decisions: scores (N,) and 0/1 labels "
                               "(N,); mode, num_classes, average and ignore_index do not apply")
+        _need_groups(groups, "score")
         s, y = as_array(preds, "preds").reshape(-1), as_array(target, "target").reshape(-1)
         if s.shape != y.shape:
             raise MetricError(f"preds and target must have one entry per sample, got {s.shape} and {y.shape}")
@@ -216,7 +223,7 @@ class GroupMetric(Metric):
             raise MetricError("metric() needs torchmetrics: pip install 'metricc[torchmetrics]'") from e
         return GroupStatefulMetric(self._expr, self.name or self.text.strip(), **kwargs)
 
-    def best_threshold(self, scores: Any, target: Any, *, groups: Any, per_group: bool = False,
+    def best_threshold(self, scores: Any, target: Any, *, groups: Any = None, per_group: bool = False,
                        constraints: Sequence[str] | None = None, confidence: float | None = None,
                        from_logits: bool = False, zero_division: float | None = None) -> Any:
         """Decision thresholds for this group metric on held-out scores: one for every group, or
@@ -235,6 +242,7 @@ class GroupMetric(Metric):
         from .evaluate.groups import evaluate_groups
         from .metric import compile
 
+        _need_groups(groups, "best_threshold")
         check_flag("per_group", per_group)
         bounds = compile("accuracy").decision_objective(constraints or []).constraints
 

@@ -245,3 +245,12 @@ def test_too_few_samples_names_the_group() -> None:
     with pytest.raises(MetricError, match=r"group 1:.*needs at least \d+ positives"):
         metricc.compile("worst_group_recall").best_threshold(
             s, y, groups=g, per_group=True, constraints=["recall >= 0.9"], confidence=0.9)
+
+
+def test_missing_groups_are_named_not_a_type_error() -> None:
+    m = metricc.compile("equal_opportunity_difference")
+    with pytest.raises(MetricError, match="needs each sample's group"):
+        m.loss()(torch.rand(4), torch.ones(4))
+    for method in ("score", "best_threshold"):
+        with pytest.raises(MetricError, match=rf"{method}\(\) of a group metric needs"):
+            getattr(m, method)([0.1, 0.9], [0, 1])

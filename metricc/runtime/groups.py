@@ -271,15 +271,20 @@ class GroupLoss(ConstraintState):
             if pool is not None:
                 pool.reset()
 
-    def forward(self, input: Tensor, target: Tensor, groups: Tensor, weight: Tensor | None = None
-                ) -> Tensor:
+    def forward(self, input: Tensor, target: Tensor, groups: Tensor | None = None,
+                weight: Tensor | None = None) -> Tensor:
         """The loss (the Lagrangian with constraints); ``weight`` per sample."""
+        if groups is None:
+            raise MetricError("a group loss needs each sample's group: loss(input, target, groups) with "
+                              "ids (N,) or memberships (N, G)")
         target = target.detach() if isinstance(target, Tensor) else target
         sync = self.pool is not None and self.pool.sync_dist
         validate_inputs(input, target, "binary", self.from_logits, None, self.validate_args,
                         allow_empty=sync)
         s, y = input.reshape(-1), target.reshape(-1)
         g = check_groups(groups, s.shape[0], self.num_groups, self.validate_args)
+        if groups.device != s.device:
+            raise MetricError(f"groups are on {groups.device} but input on {s.device}; move both to one device")
         groups = groups.detach()
         w = None
         if weight is not None:
