@@ -253,6 +253,26 @@ class GroupMetric(Metric):
                                        scores, target, groups, per_group=per_group,
                                        constraints=bounds, confidence=confidence, from_logits=from_logits)
 
+    def pass_judge(self, **options: Any) -> Any:
+        """What :class:`metricc.BestFeasible` of this metric is: a judge of whole validation
+        passes (:class:`metricc.evaluate.group_passes.GroupPasses`; ``update`` takes ``groups=``)."""
+        from .evaluate.group_passes import GroupPasses
+        from .evaluate.group_thresholds import decide
+        from .evaluate.groups import evaluate_groups, group_count_table, group_ids
+        from .evaluate.threshold import as_array
+
+        exprs = list(self._exprs)
+
+        def values(preds: Any, target: Any, groups: Any, threshold: Any, from_logits: bool) -> np.ndarray:
+            s, y = as_array(preds, "scores").reshape(-1), as_array(target, "target").reshape(-1)
+            codes, labels = group_ids(groups, s.shape[0])
+            counts = group_count_table(decide(s, codes, threshold, from_logits), y, codes, None, len(labels))
+            return evaluate_groups(exprs, counts, options.get("zero_division"), labels)
+
+        options.pop("passes", None)
+        options.pop("zero_division", None)
+        return GroupPasses(values, [c.text for c in self.group_constraints], self.higher_is_better, **options)
+
     # --- analysis --------------------------------------------------------------------------
     def _run_check(self) -> GroupCheckReport:
         from .analysis.budget import limit

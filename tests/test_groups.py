@@ -254,3 +254,24 @@ def test_missing_groups_are_named_not_a_type_error() -> None:
     for method in ("score", "best_threshold"):
         with pytest.raises(MetricError, match=rf"{method}\(\) of a group metric needs"):
             getattr(m, method)([0.1, 0.9], [0, 1])
+
+
+def test_best_feasible_judges_whole_passes_of_a_group_metric() -> None:
+    from metricc.decisions import BestFeasible
+
+    keep = BestFeasible("accuracy subject to gap(recall) <= 0.05")
+    groups = ["a", "a", "b", "b"]
+    first = keep.update(0, [0.9, 0.2, 0.8, 0.7], [1, 1, 1, 0], groups=groups, state={"w": 0})
+    assert not first.feasible and first.rates["gap(TP/(FN + TP)) <= 1/20"] == pytest.approx(0.45)
+    second = keep.update(1, [0.9, 0.8, 0.8, 0.2], [1, 1, 1, 0], groups=groups, state={"w": 1})
+    assert second.feasible and second.value == 1.0
+    keep.update(2, [0.9, 0.8, 0.8, 0.9], [1, 1, 1, 0], groups=groups, state={"w": 2})  # worse
+    assert keep.best_state == {"w": 1} and keep.result().step == 1
+    with pytest.raises(MetricError, match="confidence= of a group metric"):
+        BestFeasible("accuracy subject to gap(recall) <= 0.05", confidence=0.9)
+    with pytest.raises(MetricError, match="needs a metric compiled with constraints"):
+        BestFeasible("equal_opportunity_difference")
+    never = BestFeasible("accuracy subject to gap(recall) <= 0.05")
+    never.update(0, [0.9, 0.2, 0.8, 0.7], [1, 1, 1, 0], groups=groups)
+    with pytest.raises(MetricError, match="smallest violation 0.45"):
+        never.result()
