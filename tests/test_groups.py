@@ -273,5 +273,5 @@ def test_best_feasible_judges_whole_passes_of_a_group_metric() -> None:
         BestFeasible("equal_opportunity_difference")
     never = BestFeasible("accuracy subject to gap(recall) <= 0.05")
     never.update(0, [0.9, 0.2, 0.8, 0.7], [1, 1, 1, 0], groups=groups)
-    with pytest.raises(MetricError, match="smallest violation 0.45"):
+    with pytest.raises(MetricError, match=r"smallest violation 0\.45"):
         never.result()
