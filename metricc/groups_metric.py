@@ -207,6 +207,9 @@ class GroupMetric(Metric):
             raise MetricError(f"preds and target must have one entry per sample, got {s.shape} and {y.shape}")
         if not np.isin(y, (0, 1)).all():
             raise MetricError("target must hold 0/1 labels")
+        if not np.isfinite(s).all():
+            raise MetricError(f"preds hold {int((~np.isfinite(s)).sum())} NaN or infinite values; a "
+                              "decision cannot be taken on them (check the model's outputs)")
         codes, labels = group_ids(groups, s.shape[0])
         w = None if sample_weight is None else as_array(sample_weight, "sample_weight").reshape(-1)
         decisions = decide(s, codes, threshold, from_logits)

@@ -275,3 +275,11 @@ def test_best_feasible_judges_whole_passes_of_a_group_metric() -> None:
     never.update(0, [0.9, 0.2, 0.8, 0.7], [1, 1, 1, 0], groups=groups)
     with pytest.raises(MetricError, match=r"smallest violation 0\.45"):
         never.result()
+
+
+def test_non_finite_scores_and_per_element_inputs_are_refused() -> None:
+    m = metricc.compile("equal_opportunity_difference")
+    with pytest.raises(MetricError, match="NaN or infinite"):
+        m.score([float("nan"), 0.2], [1, 1], groups=[0, 1])
+    with pytest.raises(MetricError, match="one score per sample"):
+        m.loss()(torch.rand(8, 2), torch.ones(8, 2), torch.arange(8) % 2)

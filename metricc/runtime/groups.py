@@ -281,6 +281,9 @@ class GroupLoss(ConstraintState):
         sync = self.pool is not None and self.pool.sync_dist
         validate_inputs(input, target, "binary", self.from_logits, None, self.validate_args,
                         allow_empty=sync)
+        if input.dim() > 2 or (input.dim() == 2 and input.shape[1] != 1):
+            raise MetricError(f"a group loss takes one score per sample, input (N,) or (N, 1), got "
+                              f"{tuple(input.shape)}; groups are given per sample")
         s, y = input.reshape(-1), target.reshape(-1)
         g = check_groups(groups, s.shape[0], self.num_groups, self.validate_args)
         if groups.device != s.device:
