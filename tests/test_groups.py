@@ -283,3 +283,19 @@ def test_non_finite_scores_and_per_element_inputs_are_refused() -> None:
         m.score([float("nan"), 0.2], [1, 1], groups=[0, 1])
     with pytest.raises(MetricError, match="one score per sample"):
         m.loss()(torch.rand(8, 2), torch.ones(8, 2), torch.arange(8) % 2)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_steps_the_multipliers_once(reentrant: bool) -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    m = metricc.compile("accuracy subject to gap(recall) <= 0.05")
+    plain, checked = (m.loss(from_logits=True, num_groups=3) for _ in range(2))
+    x, y, g = _batch()
+    for _ in range(3):
+        x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+        plain(x1, y, g).backward()
+        checkpoint(checked, x2, y, g, use_reentrant=reentrant).backward()
+        torch.testing.assert_close(x2.grad, x1.grad)
+        torch.testing.assert_close(checked.multipliers, plain.multipliers)
+    assert float(plain.multipliers[0]) > 0

@@ -25,7 +25,7 @@ from .constrained import psi
 from .constraint_defaults import CONSTRAINED_DEFAULTS
 from .constraint_state import ConstraintState
 from .counts import wide_dtype
-from .distributed import CountPool, count_pool, updates_state
+from .distributed import CountPool, count_pool, recomputing, updates_state
 from .modes import validate_inputs
 from .options import check_flag, check_number
 from .relax import Relaxation, bound_relaxation, check_relaxation_options
@@ -304,10 +304,17 @@ class GroupLoss(ConstraintState):
         if self.pool is not None:
             counts = torch.stack(self.pool(tuple(counts.unbind(-1)), differentiable=True,
                                            update=update), -1)
-        lam = self.multipliers.detach().clone()
+        # Activation checkpointing runs this forward again inside the backward: that
+        # recomputation must see the multipliers the step saw, and not step again (after a
+        # first run under no_grad, use_reentrant=True's, the recomputation is the step).
+        again = (not torch.compiler.is_compiling() and recomputing() and self.stepped_from is not None)
+        lam = self.stepped_from if again else self.multipliers.detach().clone()
+        assert lam is not None
         loss = self._function.apply(counts, lam, self.eps, self.tau, self.penalty)
-        if self.constraints:
+        if self.constraints and not again:
             self._step(s, y, w, groups, g, update)
+            if not torch.compiler.is_compiling():
+                self.stepped_from = lam if update else None
         return loss.to(work)
 
     def _step(self, s: Tensor, y: Tensor, w: Tensor | None, groups: Tensor, g: int, update: bool) -> None:
