@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ALIASES", "CURVE_METRICS", "GROUP_METRICS", "MATRIX_METRICS", "METRICS", "NamedMetric", "lookup", "micro_tn_refusal",
-           "names"]
+__all__ = ["ALIASES", "CURVE_METRICS", "GROUP_METRICS", "MATRIX_METRICS", "METRICS", "NamedMetric", "lookup",
+           "micro_tn_refusal", "names"]
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         statistic = statistic_of(parsed)
         facade = FACADES[statistic.name]
         if constraints and "parse_constraints" in facade.not_applicable:
-            raise MetricError(f"constraints= does not apply to {formula.strip()!r}, a {facade.kind} "
+            raise MetricError(f"constraints= does not apply to {formula.strip()!r}, which is a {facade.kind} "
                               f"metric: {facade.not_applicable['parse_constraints']}")
         built: tuple[Any, ...] = ()
         if getattr(parsed, "constraints", ()) or constraints:

@@ -25,8 +25,8 @@ from .counts import guard, undefined_where
 from .curve import guard_outer
 from .domain import Domain, candidates, domain_problem
 
-__all__ = ["DEFAULT_GROUP_TAU", "TAU", "GroupForms", "LocalTerm", "group_domain_problem", "group_forms", "group_undefined_where",
-           "local_term"]
+__all__ = ["DEFAULT_GROUP_TAU", "TAU", "GroupForms", "LocalTerm", "group_domain_problem", "group_forms",
+           "group_undefined_where", "local_term"]
 
 #: The temperature of the smooth maximum and minimum over groups (a kernel argument).
 TAU = sympy.Symbol("tau", positive=True)

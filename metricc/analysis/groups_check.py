@@ -65,8 +65,9 @@ class GroupCheckReport:
                              f"({move}, sampled at {self.samples} points)")
         for node, sign in self.disparities.items():
             if (sign > 0) == self.higher_is_better:
+                way = "widen" if self.higher_is_better == (sign > 0) else "narrow"
                 out[node] = (f"the metric {'rises' if sign > 0 else 'falls'} as the disparity {node} "
-                             f"widens, so the loss would {'widen' if self.higher_is_better == (sign > 0) else 'narrow'} it")
+                             f"widens, so the loss would {way} it")
         return out
 
     def __str__(self) -> str:

@@ -4,7 +4,6 @@ confidence that every group's constraints hold on new data."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 

@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .constrained import psi
 from .constraint_defaults import CONSTRAINED_DEFAULTS
 from .constraint_state import ConstraintState
-from .constrained import psi
 from .counts import wide_dtype
 from .distributed import CountPool, count_pool, updates_state
 from .modes import validate_inputs
