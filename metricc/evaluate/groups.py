@@ -2,7 +2,8 @@
 
 A reduction's local formula is evaluated at every group's counts with ``sympy.lambdify``
 (numpy) of the resolved SymPy tree, never of the formula's text; ``gap`` is then the largest
-minus the smallest value, ``ratio`` the smallest over the largest, ``worst`` the smallest,
+minus the smallest value, ``ratio`` the smallest over the largest (1 where every
+group's value is 0: all groups equal, where fairlearn's 0/0 is NaN), ``worst`` the smallest,
 ``groupmax`` the largest, ``groupmean`` the mean and ``vsrest`` the largest
 ``|f(group) - f(the other groups)|``, as fairlearn's ``MetricFrame(...).difference()``,
 ``.ratio()``, ``.group_min()``, ``.group_max()``. A group where the local formula is
@@ -90,8 +91,8 @@ def _reduce(node: GroupReduction, counts: np.ndarray, zero_division: float | Non
     if isinstance(node, Worst):
         return low
     if isinstance(node, Ratio):
-        if top == 0:
-            return 0.0 if low == 0 else float("nan")
+        if top == 0:  # every group's value 0: all equal, as a gap of 0 (fairlearn: NaN)
+            return 1.0 if low == 0 else float("nan")
         return low / top
     return {"gap": top - low, "groupmax": top, "groupmean": float(np.mean(f))}[node.keyword]
 
