@@ -18,6 +18,7 @@ from .counts_metric import CountsMetric
 from .errors import MetricError, MissingParameterError, suggest_all
 from .facade import Metric
 from .language.curve import CurveFormula
+from .language.groups import GroupFormula
 from .language.matrix import MatrixFormula
 from .language.parse import Formula, check_single_identifier, known_names, parse
 from .library import lookup
@@ -72,7 +73,8 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def _check_parameter_ranges(parsed: Formula | MatrixFormula | CurveFormula, given: Mapping[str, float]) -> None:
+def _check_parameter_ranges(parsed: Formula | MatrixFormula | CurveFormula | GroupFormula,
+                            given: Mapping[str, float]) -> None:
     """Refuse a named metric's parameter outside its range (``fbeta`` with ``beta < 0``)."""
     for metric_name in parsed.metrics:
         metric = lookup(metric_name)

@@ -98,7 +98,8 @@ def _group_function(cls: type[GroupLoss]) -> Any:
         @staticmethod
         def forward(ctx: Any, counts: Tensor, lam: Tensor, eps: float, tau: float,
                     penalty: float) -> Tensor:
-            value, *grads = cls.group_and_gradient(*counts.unbind(-1), eps, tau)
+            tp, fp, fn, tn = counts.unbind(-1)
+            value, *grads = cls.group_and_gradient(tp, fp, fn, tn, eps, tau)
             d = torch.stack(grads, -1)  # (J, G, 4)
             loss = 1 - value[0] if higher else value[0]
             dl = -d[0] if higher else d[0]
@@ -309,7 +310,8 @@ class GroupLoss(ConstraintState):
             counts = group_counts(hard, y, w, groups, g)
             if self.hard_pool is not None:
                 counts = torch.stack(self.hard_pool(tuple(counts.unbind(-1)), update=update), -1)
-            v = type(self).group_value(*counts.unbind(-1), 0.0, EXACT_TAU)[1:]
+            tp, fp, fn, tn = counts.unbind(-1)
+            v = type(self).group_value(tp, fp, fn, tn, 0.0, EXACT_TAU)[1:]
             self.constraint_values.copy_(v)
             if update:
                 step = torch.where(torch.isfinite(v), self.multiplier_lr * v, 0.0)
