@@ -144,3 +144,17 @@ def test_group_loss_passes_torch_gradcheck(formula: str) -> None:
     for groups, weight in ((ids, w), (soft, None)):
         assert torch.autograd.gradcheck(lambda s, g=groups, v=weight: loss(s, y, g, v),
                                         (x.clone().requires_grad_(True),), eps=1e-6, atol=1e-7)
+
+
+def test_a_wrong_mask_is_caught_numerically(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mask (a group whose local formula is undefined takes no part) is outside the symbolic
+    proof (on positive symbols every group counts); the value check with an empty group sees it."""
+    text = "gap(TP/(TP + FN)) + 0*TP"  # a text no other test compiles: its loss class is built here
+    broken = _broken(metricc.compile(text).kernels_source, "ok0 = (d0_0 > eps)", "ok0 = (d0_0 >= 0)")
+    monkeypatch.setattr(GroupMetric, "kernels_source", property(lambda self: broken))
+    m = metricc.compile(text)
+    assert "d0_0 >= 0" in m.loss_class.source
+    report = m.verify(raise_on_failure=False, sizes=(2,))
+    failed = [c.name for c in report.checks if not c.ok]
+    assert "group_value == the written-out metric (float64)" in failed, str(report)
+    assert all("G=" not in n for n in failed), failed

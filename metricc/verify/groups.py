@@ -30,7 +30,7 @@ import numpy as np
 import sympy
 
 from ..analysis.budget import PROOF_SECONDS, limit
-from ..analysis.counts import guard
+from ..analysis.counts import guard, undefined_where
 from ..analysis.groups import TAU, group_forms
 from ..language.groups import GroupReduction, VsRest
 from ..language.symbols import COUNTS, EPS
@@ -110,16 +110,22 @@ def run_symbolically(source: str, *args: Any) -> tuple[Any, ...]:
                                    namespace=namespace)
 
 
-def expanded(exprs: tuple[sympy.Expr, ...], counts: list[list[sympy.Symbol]], eps: sympy.Expr,
-             tau: sympy.Expr) -> list[sympy.Expr]:
+def expanded(exprs: tuple[sympy.Expr, ...], counts: list[list[Any]], eps: sympy.Expr,
+             tau: sympy.Expr, left_out: Callable[[GroupReduction, int], bool] | None = None
+             ) -> list[sympy.Expr]:
     """Each guarded expression (the metric, then each constraint's violation) as one plain SymPy
     expression over ``counts[c][g]`` (``c`` in ``TP FP FN TN``): every reduction's guarded local
     formula at each group's counts (``vsrest``: minus the same at the other groups' counts),
-    reduced by :func:`smooth_reduce`, in the outer expression guarded as the kernel's
-    (:func:`metricc.analysis.groups.group_forms`, the one outer guard) at the overall counts."""
+    reduced by :func:`smooth_reduce` over the groups not ``left_out(node, g)`` (none left: 0), in
+    the outer expression guarded as the kernel's (:func:`metricc.analysis.groups.group_forms`,
+    the one outer guard) at the overall counts."""
     forms = group_forms(exprs, eps)
     G = len(counts[0])
     totals = [sum(row) for row in counts]
+
+    def reduce(node: GroupReduction) -> sympy.Expr:
+        values = [local(node, g) for g in range(G) if left_out is None or not left_out(node, g)]
+        return smooth_reduce(node.keyword, values, tau, eps) if values else sympy.S.Zero
 
     def local(node: GroupReduction, g: int) -> sympy.Expr:
         f = guard(node.args[0], eps)
@@ -128,8 +134,7 @@ def expanded(exprs: tuple[sympy.Expr, ...], counts: list[list[sympy.Symbol]], ep
             return own  # type: ignore[no-any-return]
         return own - f.xreplace({c: totals[i] - counts[i][g] for i, c in enumerate(_C)})  # type: ignore[no-any-return]
 
-    reduced = {s: smooth_reduce(node.keyword, [local(node, g) for g in range(G)], tau, eps)
-               for s, node in zip(forms.symbols, forms.nodes, strict=True)}
+    reduced = {s: reduce(node) for s, node in zip(forms.symbols, forms.nodes, strict=True)}
     overall = dict(zip(_C, totals, strict=True))
     return [v.xreplace({**reduced, **overall}) for v in forms.values]
 
@@ -199,25 +204,38 @@ def _reduce_check(kinds: set[str], seed: int) -> Check:
                  f"tau 0.25 and 0.02: max relative difference {worst:.2e}; none defined: 0")
 
 
+def _undefined_in(c: np.ndarray, eps: float) -> Callable[[GroupReduction, int], bool]:
+    """Whether a reduction's local formula is undefined in group ``g`` at counts ``c`` ``(4, G)``
+    (a denominator ``<= eps``; ``vsrest``: also at the other groups' counts): the groups that
+    take no part (:data:`metricc.analysis.groups.LocalTerm.denominators`)."""
+    def left_out(node: GroupReduction, g: int) -> bool:
+        places = [c[:, g]] + ([c.sum(1) - c[:, g]] if isinstance(node, VsRest) else [])
+        return any(float(d.xreplace(dict(zip(_C, map(sympy.Float, at), strict=True)))) <= eps
+                   for d in undefined_where(node.args[0]) for at in places)
+
+    return left_out
+
+
 def _value_check(exprs: tuple[sympy.Expr, ...], loss_class: Any, seed: int) -> Check:
-    """The runtime's ``group_value`` (torch, its ``grp_reduce``) at random counts of three groups
-    against :func:`expanded` evaluated there to 30 digits."""
+    """The runtime's ``group_value`` (torch, its ``grp_reduce`` and the kernel's mask) against
+    :func:`expanded` evaluated to 30 digits: at random counts of three groups, and with a group
+    without samples (undefined, so left out, where a local formula has a denominator)."""
     import torch
 
-    counts = _symbols(3)
-    want = expanded(exprs, counts, EPS, TAU)
     rng = np.random.default_rng(seed)
+    empty = rng.uniform(0.5, 20.0, (4, 3))
+    empty[:, 2] = 0.0
     worst = 0.0
-    for tau in (0.3, 0.01):
-        c = rng.uniform(0.5, 20.0, (4, 3))
-        point = {s: sympy.Float(c[i, g], 30) for i, row in enumerate(counts) for g, s in enumerate(row)}
-        point.update({EPS: sympy.Float(1e-7, 30), TAU: sympy.Float(tau, 30)})
+    for c, tau in ((rng.uniform(0.5, 20.0, (4, 3)), 0.3), (rng.uniform(0.5, 20.0, (4, 3)), 0.01), (empty, 0.05)):
+        want = expanded(exprs, c.tolist(), EPS, TAU, _undefined_in(c, 1e-7))
+        point = {EPS: sympy.Float(1e-7, 30), TAU: sympy.Float(tau, 30)}
         ref = [float(w.evalf(30, subs=point)) for w in want]
         got = loss_class.group_value(*torch.tensor(c, dtype=torch.float64), 1e-7, tau).tolist()
         for a, b in zip(got, ref, strict=True):
             worst = max(worst, abs(a - b) / max(1.0, abs(b)) if math.isfinite(a) else math.inf)
     return Check("group_value == the written-out metric (float64)", worst < 1e-9,
-                 f"3 groups, random counts, tau 0.3 and 0.01: max relative difference {worst:.2e}")
+                 f"3 groups at random counts (tau 0.3, 0.01) and with one group empty (tau 0.05): "
+                 f"max relative difference {worst:.2e}")
 
 
 def _plain_loss(loss: Any, higher: bool) -> Callable[..., Any]:
