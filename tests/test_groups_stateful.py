@@ -166,3 +166,25 @@ def test_two_ranks_equal_one_process_on_all_shards(tmp_path: Path) -> None:
             assert torch.equal(got[name], value), (rank, name, got[name], value)
     # the synced value is the single-process one, not a rank's own
     assert not np.isclose(float(reference["grow"]), float(worker.run(2, [0])["grow"]))
+
+
+@pytest.mark.parametrize("num_groups", [None, 4])
+def test_forward_and_merge_state_with_a_growing_state(num_groups: int | None) -> None:
+    """forward() sums the batch's state into the running one: batches with fewer or more groups
+    than seen so far (the state grew) sum as the counts of the concatenation."""
+    m = metricc.compile("demographic_parity_difference")
+    batches = [(torch.tensor([0.9, 0.1, 0.7]), torch.tensor([1, 0, 1]), torch.tensor([0, 1, 2])),
+               (torch.tensor([0.9, 0.1]), torch.tensor([1, 0]), torch.tensor([0, 1])),
+               (torch.tensor([0.9, 0.1, 0.3, 0.2]), torch.tensor([1, 0, 1, 0]), torch.tensor([0, 1, 3, 3]))]
+    s = m.metric(num_groups=num_groups)
+    for batch in batches:
+        value = s(*batch)  # the batch's own value
+        assert float(value) == m.score(batch[0], batch[1], groups=batch[2].numpy())
+    x, y, g = _cat(batches)
+    assert float(s.compute()) == m.score(x, y, groups=g.numpy())
+    first, second = m.metric(num_groups=num_groups), m.metric(num_groups=num_groups)
+    first.update(*batches[1])
+    second.update(*batches[2])
+    first.merge_state(second)
+    both = _cat(batches[1:])
+    assert float(first.compute()) == m.score(both[0], both[1], groups=both[2].numpy())

@@ -165,6 +165,16 @@ class GroupStatefulMetric(_TorchMetric):
         extra = G - counts.shape[0]
         return counts if extra <= 0 else torch.cat([counts, counts.new_zeros(extra, 4)])
 
+    def _reduce_states(self, incoming_state: dict[str, Any]) -> None:
+        """Sum another state into this one (``forward()``'s batch state, ``merge_state``), both
+        padded to the larger ``G`` first."""
+        other = incoming_state.get("counts")
+        if isinstance(other, Tensor) and other.shape[0] != self.counts.shape[0]:
+            G = max(other.shape[0], self.counts.shape[0])
+            incoming_state = {**incoming_state, "counts": self._padded(other, G)}
+            self.counts = self._padded(self.counts, G)
+        super()._reduce_states(incoming_state)
+
     def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
         """Pad every rank's counts to the largest ``G`` of any rank, then sum (torchmetrics)."""
         if self.num_groups is None:
