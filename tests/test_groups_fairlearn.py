@@ -141,3 +141,45 @@ def test_scores_outside_zero_one_need_from_logits() -> None:
     logits = np.array([2.0, -1.0, 0.3])
     assert m.score(logits, [1, 0, 1], groups=[0, 1, 1], from_logits=True) == \
         fm.demographic_parity_difference([1, 0, 1], (logits >= 0).astype(int), sensitive_features=[0, 1, 1])
+
+
+def _f1(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(y_true, y_pred, sample_weight=sample_weight, zero_division=0))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=_data())
+def test_other_reductions_equal_metric_frames(data: tuple) -> None:
+    """groupmax, groupmean, worst and gap of formulas as MetricFrame's group_max(), the mean of
+    by_group, group_min(), difference(); vsrest as each group's recall against scikit-learn's
+    recall of all the other groups."""
+    y, s, g, w = data
+    assume(y.any())
+    d = (s >= 0.5).astype(int)
+    checks = {"groupmax(fpr)": _frame(fm.false_positive_rate, y, d, g, w).group_max(),
+              "groupmean(precision)": float(np.mean(_frame(_precision, y, d, g, w).by_group)),
+              "worst(f1)": _frame(_f1, y, d, g, w).group_min(),
+              "gap(fnr)": _frame(fm.false_negative_rate, y, d, g, w).difference()}
+    groups = np.unique(g)
+    if len(groups) > 1:
+        def rest(k: Any) -> float:
+            inside, out = g == k, g != k
+            return abs(_recall(y[inside], d[inside], None if w is None else w[inside])
+                       - _recall(y[out], d[out], None if w is None else w[out]))
+        checks["vsrest(recall)"] = max(rest(k) for k in groups)
+    for formula, ref in checks.items():
+        ours = metricc.compile(formula).score(s, y, groups=g, sample_weight=w, zero_division=0)
+        assert abs(ours - float(ref)) <= 1e-12, (formula, ours, ref)
+
+
+def test_vsrest_takes_zero_division_for_each_rate_not_their_difference() -> None:
+    """Group 'b' has no positives: its recall is zero_division (0), the rest of it (group 'a')
+    has recall 1, so |0 - 1| = 1 (it was 0: the undefined difference itself was set to 0)."""
+    y, s, g = np.array([0, 1, 0]), np.array([0.05, 0.5, 0.05]), np.array(["a", "a", "b"])
+    m = metricc.compile("vsrest(recall)")
+    assert m.score(s, y, groups=g, zero_division=0) == 1.0
+    assert m.score(s, y, groups=g, zero_division=1) == 0.0
+    with pytest.raises(metricc.MetricError, match="undefined in group 'b'"):
+        m.score(s, y, groups=g)

@@ -71,21 +71,28 @@ def _local(expr: sympy.Expr, counts: np.ndarray) -> np.ndarray:
         return np.broadcast_to(np.asarray(fn(*counts.T), dtype=np.float64), counts.shape[:1]).copy()
 
 
+def _defined(f: np.ndarray, node: GroupReduction, zero_division: float | None, labels: Sequence[Any],
+             where: str = "group") -> np.ndarray:
+    """``f`` with each undefined value (NaN, a division by 0) ``zero_division``, or an error naming
+    the groups where it is undefined."""
+    bad = ~np.isfinite(f)
+    if not bad.any():
+        return f
+    if zero_division is None:
+        who = ", ".join(repr(labels[i]) for i in np.flatnonzero(bad)[:5])
+        raise MetricError(f"{node} is undefined in {where} {who} (a rate with no samples to count, "
+                          "such as the recall of a group without positives); pass "
+                          "zero_division=<value> to score it as that value (fairlearn and "
+                          "scikit-learn score it 0: zero_division=0)")
+    return np.where(bad, float(zero_division), f)
+
+
 def _reduce(node: GroupReduction, counts: np.ndarray, zero_division: float | None,
             labels: Sequence[Any]) -> float:
-    f = _local(node.args[0], counts)
-    if isinstance(node, VsRest):
-        f = f - _local(node.args[0], counts.sum(0)[None, :] - counts)
-    bad = ~np.isfinite(f)
-    if bad.any():
-        if zero_division is None:
-            who = ", ".join(repr(labels[i]) for i in np.flatnonzero(bad)[:5])
-            raise MetricError(f"{node} is undefined in group {who} (a rate with no samples to count, "
-                              "such as the recall of a group without positives); pass "
-                              "zero_division=<value> to score it as that value (fairlearn and "
-                              "scikit-learn score it 0: zero_division=0)")
-        f = np.where(bad, float(zero_division), f)
-    if isinstance(node, VsRest):
+    f = _defined(_local(node.args[0], counts), node, zero_division, labels)
+    if isinstance(node, VsRest):  # each side's undefined rate is zero_division, not their difference
+        rest = _local(node.args[0], counts.sum(0)[None, :] - counts)
+        f = f - _defined(rest, node, zero_division, labels, "the groups other than group")
         return float(np.max(np.abs(f)))
     top, low = float(np.max(f)), float(np.min(f))
     if isinstance(node, Worst):
