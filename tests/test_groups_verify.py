@@ -158,3 +158,13 @@ def test_a_wrong_mask_is_caught_numerically(monkeypatch: pytest.MonkeyPatch) -> 
     failed = [c.name for c in report.checks if not c.ok]
     assert "group_value == the written-out metric (float64)" in failed, str(report)
     assert all("G=" not in n for n in failed), failed
+
+
+def test_a_kernel_that_raises_is_a_failed_report_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "gap(TP/(TP + FN)) + 0*FP"  # a text no other test compiles: its loss class is built here
+    broken = _broken(metricc.compile(text).kernels_source, "r0, w0 = grp_reduce(", "r0, w0 = torch.no_such(")
+    monkeypatch.setattr(GroupMetric, "kernels_source", property(lambda self: broken))
+    report = metricc.compile(text).verify(raise_on_failure=False)
+    failed = [c for c in report.checks if not c.ok]
+    assert any("did not run on symbols" in c.how for c in failed), str(report)
+    assert any("the loss and its kernels run" in c.name for c in failed), str(report)

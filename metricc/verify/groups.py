@@ -149,7 +149,10 @@ def prove_gradient(exprs: tuple[sympy.Expr, ...], source: str, G: int, seed: int
     ``(ok, how)``, by :func:`metricc.verify.proofs.symbolic_equal` (exact random points, then a
     proof within the time budget, in the bounded worker)."""
     counts = _symbols(G)
-    value, *grads = run_symbolically(source, *(np.array([row], dtype=object) for row in counts), EPS, TAU)
+    try:
+        value, *grads = run_symbolically(source, *(np.array([row], dtype=object) for row in counts), EPS, TAU)
+    except Exception as e:  # a broken kernel is a failed check, not a crash of verify()
+        return False, f"G={G}: the kernel did not run on symbols: {type(e).__name__}: {e}"
     want = expanded(exprs, counts, EPS, TAU)
     pairs = []
     for i, w in enumerate(want):
@@ -314,6 +317,10 @@ def verify_groups(exprs: sympy.Tuple, kernels_source: str, loss_class: Any, labe
     if numeric:
         kinds = {n.keyword for e in exprs_t for n in e.atoms(GroupReduction)}
         report.checks.append(_reduce_check(kinds, seed))
-        report.checks.append(_value_check(exprs_t, loss_class, seed))
-        _numeric_checks(loss_class, report, seed, size)
+        try:
+            report.checks.append(_value_check(exprs_t, loss_class, seed))
+            _numeric_checks(loss_class, report, seed, size)
+        except Exception as e:  # a loss whose kernels raise is a failed check, not a crash
+            report.checks.append(Check(f"{label}: the loss and its kernels run in float64", False,
+                                       f"{type(e).__name__}: {e}"))
     return finish(report, raise_on_failure)
