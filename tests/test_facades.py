@@ -11,7 +11,7 @@ import metricc
 from metricc.analysis.statistics import STATISTICS, resolve
 from metricc.facade import Metric
 
-EXAMPLES = {"counts": "f1", "matrix": "quadratic_kappa", "curve": "auroc"}
+EXAMPLES = {"counts": "f1", "matrix": "quadratic_kappa", "curve": "auroc", "groups": "equal_opportunity_difference"}
 
 
 def test_each_declaration_names_a_facade_that_declares_it_back() -> None:
