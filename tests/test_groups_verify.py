@@ -168,3 +168,18 @@ def test_a_kernel_that_raises_is_a_failed_report_not_a_crash(monkeypatch: pytest
     failed = [c for c in report.checks if not c.ok]
     assert any("did not run on symbols" in c.how for c in failed), str(report)
     assert any("the loss and its kernels run" in c.name for c in failed), str(report)
+
+
+def test_group_stand_in_is_the_function_table() -> None:
+    """One table: the group stand-in has every torch call of the function table, and a group
+    kernel calls nothing on torch that the stand-in lacks."""
+    import re
+
+    from metricc.language.functions import TORCH_CALLS
+    from metricc.verify.groups import group_torch
+
+    ns = vars(group_torch())
+    assert set(TORCH_CALLS) <= set(ns)
+    for text in [*GROUP_NAMES, *FORMULAS, "sqrt(gap(recall))", "log(1 + worst(f1))", "groupmean(mcc)"]:
+        called = set(re.findall(r"torch\.(\w+)", metricc.compile(text).kernels_source))
+        assert called <= set(ns), (text, called - set(ns))
