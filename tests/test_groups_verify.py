@@ -183,3 +183,19 @@ def test_group_stand_in_is_the_function_table() -> None:
     for text in [*GROUP_NAMES, *FORMULAS, "sqrt(gap(recall))", "log(1 + worst(f1))", "groupmean(mcc)"]:
         called = set(re.findall(r"torch\.(\w+)", metricc.compile(text).kernels_source))
         assert called <= set(ns), (text, called - set(ns))
+
+
+@pytest.mark.parametrize("formula", ["equal_opportunity_difference", "equalized_odds_ratio",
+                                     "worst_group_accuracy", "vsrest(recall)", "groupmean(precision)",
+                                     "f1 - 0.5*gap(fpr)"])
+def test_loss_on_hard_predictions_is_the_exact_score(formula: str) -> None:
+    """The loss (linear relaxation, tau -> 0) at 0/1 predictions is the exact score of
+    metricc.evaluate.groups, up to eps and tau: the runtime and the exact values agree."""
+    gen = torch.Generator().manual_seed(0)
+    d = (torch.rand(60, generator=gen) < 0.5).double()
+    y = (torch.rand(60, generator=gen) < 0.5).double()
+    g = torch.randint(0, 3, (60,), generator=gen)
+    m = metricc.compile(formula)
+    loss = float(m.loss("linear", tau=1e-9, warn_monotonicity=False)(d, y, g))
+    relaxed = 1 - loss if m.higher_is_better else loss
+    assert relaxed == pytest.approx(m.score(d.numpy(), y.numpy(), groups=g.numpy()), abs=1e-6)
