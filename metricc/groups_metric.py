@@ -224,7 +224,8 @@ class GroupMetric(Metric):
             from .evaluate.groups_stateful import GroupStatefulMetric
         except ImportError as e:  # torchmetrics is optional
             raise MetricError("metric() needs torchmetrics: pip install 'metricc[torchmetrics]'") from e
-        return GroupStatefulMetric(self._expr, self.name or self.text.strip(), **kwargs)
+        return GroupStatefulMetric(self._expr, self.name or self.text.strip(),
+                                   higher_is_better=self.higher_is_better, **kwargs)
 
     def best_threshold(self, scores: Any, target: Any, *, groups: Any = None, per_group: bool = False,
                        constraints: Sequence[str] | None = None, confidence: float | None = None,

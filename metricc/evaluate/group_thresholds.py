@@ -23,7 +23,7 @@ def decide(scores: np.ndarray, codes: np.ndarray, threshold: float | Sequence[fl
     import torch
 
     p = probabilities(torch.from_numpy(np.asarray(scores, dtype=np.float64)), from_logits).numpy()
-    if not from_logits and np.isin(scores, (0, 1)).all() is False and ((p < 0) | (p > 1)).any():
+    if not from_logits and ((p < 0) | (p > 1)).any():  # (0/1 decisions lie inside)
         raise MetricError("preds must be probabilities in [0, 1], or logits with from_logits=True")
     if isinstance(threshold, (int, float)) or threshold is None:
         return (p >= check_threshold(threshold, from_logits)).astype(np.float64)

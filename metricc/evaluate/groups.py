@@ -2,7 +2,8 @@
 
 A reduction's local formula is evaluated at every group's counts with ``sympy.lambdify``
 (numpy) of the resolved SymPy tree, never of the formula's text; ``gap`` is then the largest
-minus the smallest value, ``ratio`` the smallest over the largest, ``worst`` the smallest,
+minus the smallest value, ``ratio`` the smallest over the largest (1 where every
+group's value is 0: all groups equal, where fairlearn's 0/0 is NaN), ``worst`` the smallest,
 ``groupmax`` the largest, ``groupmean`` the mean and ``vsrest`` the largest
 ``|f(group) - f(the other groups)|``, as fairlearn's ``MetricFrame(...).difference()``,
 ``.ratio()``, ``.group_min()``, ``.group_max()``. A group where the local formula is
@@ -79,28 +80,35 @@ def _local(expr: sympy.Expr, counts: np.ndarray) -> np.ndarray:
                                counts.shape[:-1]).copy()
 
 
+def _defined(f: np.ndarray, node: GroupReduction, zero_division: float | None, labels: Sequence[Any],
+             where: str = "group") -> np.ndarray:
+    """``f`` with each undefined value (NaN, a division by 0) ``zero_division``, or an error naming
+    the groups where it is undefined."""
+    bad = ~np.isfinite(f)
+    if not bad.any():
+        return f
+    if zero_division is None:
+        who = ", ".join(repr(labels[i]) for i in np.flatnonzero(bad.reshape(-1, bad.shape[-1]).any(0))[:5])
+        raise MetricError(f"{node} is undefined in {where} {who} (a rate with no samples to count, "
+                          "such as the recall of a group without positives); pass "
+                          "zero_division=<value> to score it as that value (fairlearn and "
+                          "scikit-learn score it 0: zero_division=0)")
+    return np.where(bad, float(zero_division), f)
+
+
 def _reduce(node: GroupReduction, counts: np.ndarray, zero_division: float | None,
             labels: Sequence[Any]) -> np.ndarray:
-    f = _local(node.args[0], counts)
-    if isinstance(node, VsRest):
-        f = f - _local(node.args[0], counts.sum(-2, keepdims=True) - counts)
-    bad = ~np.isfinite(f)
-    if bad.any():
-        if zero_division is None:
-            who = ", ".join(repr(labels[i]) for i in np.flatnonzero(bad.any(axis=tuple(range(bad.ndim - 1))))[:5])
-            raise MetricError(f"{node} is undefined in group {who} (a rate with no samples to count, "
-                              "such as the recall of a group without positives); pass "
-                              "zero_division=<value> to score it as that value (fairlearn and "
-                              "scikit-learn score it 0: zero_division=0)")
-        f = np.where(bad, float(zero_division), f)
-    if isinstance(node, VsRest):
+    f = _defined(_local(node.args[0], counts), node, zero_division, labels)
+    if isinstance(node, VsRest):  # each side's undefined rate is zero_division, not their difference
+        rest = _local(node.args[0], counts.sum(-2, keepdims=True) - counts)
+        f = f - _defined(rest, node, zero_division, labels, "the groups other than group")
         return np.max(np.abs(f), -1)
     top, low = np.max(f, -1), np.min(f, -1)
     if isinstance(node, Worst):
         return low
-    if isinstance(node, Ratio):
+    if isinstance(node, Ratio):  # every group's value 0: all equal, as a gap of 0 (fairlearn: NaN)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(top == 0, np.where(low == 0, 0.0, np.nan), low / np.where(top == 0, 1.0, top))
+            return np.where(top == 0, np.where(low == 0, 1.0, np.nan), low / np.where(top == 0, 1.0, top))
     return {"gap": top - low, "groupmax": top, "groupmean": np.mean(f, -1)}[node.keyword]
 
 
