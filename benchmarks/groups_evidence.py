@@ -273,7 +273,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     """One plain sentence per data set and baseline, from the paired tests (p < 0.05)."""
     out = []
     for ds in dict.fromkeys(r["dataset"] for r in rows):
-        for base in METHODS[1:-1]:
+        for base in METHODS[:-1]:
             if not any(r["dataset"] == ds and r["method"] == base for r in rows):
                 continue
             (dg, pg), (da, pa) = (paired(rows, ds, base, k) for k in ("eo_gap", "accuracy"))
@@ -281,7 +281,15 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
                    else "no clear difference in gap")
             acc = ("higher accuracy" if da > 0 and pa < 0.05 else "lower accuracy" if da < 0 and pa < 0.05
                    else "no clear difference in accuracy")
-            out.append(f"* {ds}, metricc vs {base}: {gap} ({dg:+.3f}, p={pg:.2g}), {acc} ({da:+.3f}, p={pa:.2g}).")
+            better = (dg < 0 and pg < 0.05) or (da > 0 and pa < 0.05)
+            worse = (dg > 0 and pg < 0.05) or (da < 0 and pa < 0.05)
+            plain = ""
+            if base != "BCE" and not better:
+                plain = f" **{base} is {'better' if worse else 'as good'} here.**"
+            elif better and not worse:
+                plain = " metricc is better here."
+            out.append(f"* {ds}, metricc vs {base}: {gap} ({dg:+.3f}, p={pg:.2g}), {acc} ({da:+.3f}, "
+                       f"p={pa:.2g}).{plain}")
     return out
 
 

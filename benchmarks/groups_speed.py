@@ -17,9 +17,15 @@ constrained loss also steps its multipliers, as it does in training). Rows:
 Timing is the house method of ``benchmarks/bench_peers.py`` (its ``interleave`` is imported):
 one thread, the process's CPU time, every round calls every loss once in a new random order,
 and a ratio is the median over rounds of the per-round ratio, so load that comes and goes
-on a shared machine hits both sides alike. ``--out`` writes the table as CSV.
+on a shared machine hits both sides alike. ``--out`` writes the table as CSV (``--append``
+adds to it). Page faults of fresh multi-MB buffers are a large share of every row's time
+(``benchmarks/bench_peers.py`` explains): the ``malloc`` column says whether glibc was told to
+keep freed memory (``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_`` set, "steady"), the
+arithmetic alone, or not ("default"), what a user's process sees. The recorded runs::
 
-    python benchmarks/groups_speed.py --out benchmarks/results/groups_speed.csv   # ~1 min
+    python benchmarks/groups_speed.py --out benchmarks/results/groups_speed.csv
+    MALLOC_TRIM_THRESHOLD_=4294967296 MALLOC_MMAP_THRESHOLD_=4294967296 \
+        python benchmarks/groups_speed.py --out benchmarks/results/groups_speed.csv --append
     python benchmarks/groups_speed.py --smoke                                     # seconds
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import sys
 import time
@@ -47,6 +54,7 @@ GROUP_ROWS = {"equal_opportunity_difference": "equal_opportunity_difference",
               "accuracy s.t. gap(recall)": CONSTRAINED}
 BASE = "accuracy (2 x 2)"
 TARGET = 1.5
+MALLOC = "steady" if os.environ.get("MALLOC_TRIM_THRESHOLD_") else "default"
 
 
 def make_calls(n: int, num_groups: int, seed: int = 0) -> dict[str, Callable[[], None]]:
@@ -82,7 +90,7 @@ def measure(n: int, num_groups: int, rounds: int, warmup: int) -> list[dict[str,
     for name in calls:
         to_base = statistics.median(a / b for a, b in zip(t[name], t[BASE], strict=True))
         to_bce = statistics.median(a / b for a, b in zip(t[name], t["BCEWithLogits"], strict=True))
-        rows.append({"loss": name, "n": n, "groups": num_groups, "rounds": rounds,
+        rows.append({"loss": name, "n": n, "groups": num_groups, "rounds": rounds, "malloc": MALLOC,
                      "median_ms": round(1e3 * statistics.median(t[name]), 2),
                      "ratio_to_2x2": round(to_base, 3), "ratio_to_bce": round(to_bce, 3)})
     return rows
@@ -96,12 +104,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--smoke", action="store_true", help="10^4 elements, 3 rounds: a run, not a measurement")
     p.add_argument("--out", type=Path, default=None, help="write the rows as CSV here")
+    p.add_argument("--append", action="store_true", help="add the rows to --out's")
     a = p.parse_args(argv)
     if a.smoke:
         a.n, a.rounds, a.warmup = 10_000, 3, 1
     torch.set_num_threads(1)
     rows = measure(a.n, a.groups, a.rounds, a.warmup)
-    print(f"torch {torch.__version__}, 1 thread, CPU time, n={a.n}, G={a.groups}, {a.rounds} rounds "
+    print(f"torch {torch.__version__}, 1 thread, CPU time, {MALLOC} malloc, n={a.n}, G={a.groups}, {a.rounds} rounds "
           f"(target: group loss <= {TARGET}x the 2 x 2 loss)")
     print("| loss | median ms | x 2 x 2 (median per-round ratio) | x BCE |")
     print("|---|---|---|---|")
@@ -109,9 +118,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         print(f"| {r['loss']} | {r['median_ms']} | {r['ratio_to_2x2']:.2f} | {r['ratio_to_bce']:.2f} |")
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        with a.out.open("w", newline="") as f:
+        old = a.append and a.out.exists()
+        with a.out.open("a" if old else "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
+            if not old:
+                w.writeheader()
             w.writerows(rows)
     return rows
 
