@@ -45,6 +45,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.matrix",
         "metricc.runtime.curve",
         "metricc.runtime.curve_loss",
+        "metricc.runtime.group_counts",
         "metricc.runtime.groups",
     ))
 #: Generated lines are wrapped to this width, so the file passes common line-length rules.

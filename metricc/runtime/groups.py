@@ -4,8 +4,9 @@ Torch-only, like the rest of the runtime (standalone files paste it after
 :mod:`metricc.runtime.constrained`). A compiled group metric subclasses :class:`GroupLoss` and
 fills in the two generated kernels ``group_value`` and ``group_and_gradient`` (``(TP, FP, FN,
 TN, eps, tau)``, counts of shape ``(G,)``). The forward relaxes the predictions (the 2 x 2
-relaxations), sums them into ``G x 4`` counts by group (hard group ids: one ``index_add``;
-soft membership ``(N, G)``: one matrix product), optionally over ranks and past batches
+relaxations), sums them into ``G x 4`` counts by group (group ids:
+:mod:`metricc.runtime.group_counts`, with its symbolic backward; soft membership ``(N, G)``: one
+matrix product, differentiated by autograd), optionally over ranks and past batches
 (:class:`~metricc.runtime.distributed.CountPool`), and runs the kernel. Constraints of the
 formula (``subject to gap(recall) <= 0.05``) enter as the augmented Lagrangian of
 :mod:`metricc.runtime.constrained` (its ``psi``), with one multiplier each, stepped after every
@@ -26,6 +27,7 @@ from .constraint_defaults import CONSTRAINED_DEFAULTS
 from .constraint_state import ConstraintState
 from .counts import wide_dtype
 from .distributed import CountPool, count_pool, recomputing, updates_state
+from .group_counts import CountPlan, GroupCounts, group_counts
 from .modes import validate_inputs
 from .options import check_flag, check_number
 from .relax import Relaxation, bound_relaxation, check_relaxation_options
@@ -119,22 +121,6 @@ def _group_function(cls: type[GroupLoss]) -> Any:
     return SymbolicGroupMetric
 
 
-def group_counts(a: Tensor, y: Tensor, w: Tensor | None, groups: Tensor, num_groups: int) -> Tensor:
-    """``(G, 4)`` float64 counts ``TP FP FN TN`` per group of relaxed predictions ``a``.
-
-    >>> group_counts(torch.tensor([0.9, 0.2, 0.6]), torch.tensor([1.0, 0.0, 1.0]), None,
-    ...              torch.tensor([0, 1, 1]), 2).tolist()
-    [[0.9, 0.0, 0.1, 0.0], [0.6, 0.2, 0.4, 0.8]]
-    """
-    a, y = a.to(torch.float64), y.to(torch.float64)
-    one = torch.ones_like(a) if w is None else w.to(torch.float64)
-    pos, neg = one * y, one * (1 - y)
-    parts = torch.stack([pos * a, neg * a, pos * (1 - a), neg * (1 - a)], -1)
-    if groups.is_floating_point():  # soft membership (N, G)
-        return groups.to(torch.float64).transpose(0, 1) @ parts
-    return torch.zeros(num_groups, 4, dtype=torch.float64, device=a.device).index_add(0, groups, parts)
-
-
 def check_groups(groups: Any, n: int, num_groups: int | None, validate: bool) -> int:
     """Refuse group ids or membership the loss would mis-train on; the number of groups."""
     err = MetricError
@@ -163,7 +149,7 @@ def check_groups(groups: Any, n: int, num_groups: int | None, validate: bool) ->
                 raise err("each row of soft group memberships must sum to 1 (a probability of "
                           "belonging to each group); normalise them, e.g. m / m.sum(1, keepdim=True)")
         else:
-            lo, hi = int(groups.min()), int(groups.max())
+            lo, hi = (int(v) for v in torch.aminmax(groups))
             if lo < 0 or (num_groups is not None and hi >= num_groups):
                 raise err(f"group ids must lie in [0, {num_groups if num_groups is not None else 'G'}), "
                           f"got ids from {lo} to {hi}" + ("" if num_groups is not None else
@@ -299,8 +285,18 @@ class GroupLoss(ConstraintState):
             w = w.reshape(-1)
         work = wide_dtype(input.dtype)
         update = updates_state(self)
-        a = self.relax.value(s.to(work), self.from_logits, sigmoid=stable_sigmoid)
-        counts = group_counts(a, y, w, groups, g)
+        hard = (s.detach() >= (0.0 if self.from_logits else 0.5)) if self.constraints else None
+        if groups.is_floating_point():  # soft membership: autograd through the (N, 4) products
+            a = self.relax.value(s.to(work), self.from_logits, sigmoid=stable_sigmoid)
+            counts = group_counts(a, y, w, groups, g)
+            hard_counts = None if hard is None else group_counts(hard, y, w, groups, g)
+        else:
+            # bins need checked ids and a free host sync (eager, CPU); else scatter_add sums
+            binned = (self.validate_args and s.device.type == "cpu"
+                      and not torch.compiler.is_compiling())
+            plan = CountPlan(y, w, groups, g, hard, binned)
+            counts = GroupCounts.apply(s.to(work), plan, self.relax, self.from_logits)
+            hard_counts = plan.hard_counts
         if self.pool is not None:
             counts = torch.stack(self.pool(tuple(counts.unbind(-1)), differentiable=True,
                                            update=update), -1)
@@ -311,18 +307,17 @@ class GroupLoss(ConstraintState):
         lam = self.stepped_from if again else self.multipliers.detach().clone()
         assert lam is not None
         loss = self._function.apply(counts, lam, self.eps, self.tau, self.penalty)
-        if self.constraints and not again:
-            self._step(s, y, w, groups, g, update)
+        if hard_counts is not None and not again:  # a constrained loss
+            self._step(hard_counts, update)
             if not torch.compiler.is_compiling():
                 self.stepped_from = lam if update else None
         return loss.to(work)
 
-    def _step(self, s: Tensor, y: Tensor, w: Tensor | None, groups: Tensor, g: int, update: bool) -> None:
-        """Record the constraints' values at the hard predictions; in a training step, one
-        projected ascent step ``lam <- clip(lam + multiplier_lr * v, 0, max_multiplier)``."""
+    def _step(self, counts: Tensor, update: bool) -> None:
+        """Record the constraints' values at the counts of the hard predictions (probability
+        >= 0.5); in a training step, one projected ascent step ``lam <- clip(lam + multiplier_lr
+        * v, 0, max_multiplier)``."""
         with torch.no_grad():
-            hard = (s >= (0.0 if self.from_logits else 0.5)).to(torch.float64)
-            counts = group_counts(hard, y, w, groups, g)
             if self.hard_pool is not None:
                 counts = torch.stack(self.hard_pool(tuple(counts.unbind(-1)), update=update), -1)
             tp, fp, fn, tn = counts.unbind(-1)
