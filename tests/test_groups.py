@@ -262,7 +262,7 @@ def test_best_feasible_judges_whole_passes_of_a_group_metric() -> None:
     keep = BestFeasible("accuracy subject to gap(recall) <= 0.05")
     groups = ["a", "a", "b", "b"]
     first = keep.update(0, [0.9, 0.2, 0.8, 0.7], [1, 1, 1, 0], groups=groups, state={"w": 0})
-    assert not first.feasible and first.rates["gap(TP/(FN + TP)) <= 1/20"] == pytest.approx(0.45)
+    assert not first.feasible and first.rates["gap(recall) <= 0.05"] == pytest.approx(0.45)
     second = keep.update(1, [0.9, 0.8, 0.8, 0.2], [1, 1, 1, 0], groups=groups, state={"w": 1})
     assert second.feasible and second.value == 1.0
     keep.update(2, [0.9, 0.8, 0.8, 0.9], [1, 1, 1, 0], groups=groups, state={"w": 2})  # worse
@@ -299,3 +299,11 @@ def test_activation_checkpointing_steps_the_multipliers_once(reentrant: bool) ->
         torch.testing.assert_close(x2.grad, x1.grad)
         torch.testing.assert_close(checked.multipliers, plain.multipliers)
     assert float(plain.multipliers[0]) > 0
+
+
+def test_constraints_are_named_as_written() -> None:
+    m = metricc.compile("r = recall\naccuracy subject to gap(r) <= 0.05 and worst(recall) >= 0.5")
+    assert [c.text for c in m.group_constraints] == ["gap(r) <= 0.05", "worst(recall) >= 0.5"]
+    loss = m.loss(num_groups=2)
+    assert list(loss.log_dict()) == ["gap(r) <= 0.05", "multiplier/gap(r) <= 0.05",
+                                     "worst(recall) >= 0.5", "multiplier/worst(recall) >= 0.5"]

@@ -200,17 +200,18 @@ class _Resolver(ReductionResolver):
 
 def resolve_groups(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,
                    clause: list[Any] | None, pos: Any, functions: Collection[str],
-                   parse_metric: Callable[[str], Any]) -> GroupFormula:
+                   parse_metric: Callable[[str], Any], written: list[str] | None = None) -> GroupFormula:
     """Turn the parser's placeholders into index form, with positioned errors.
 
     ``clause`` holds the raw ``subject to`` constraints ``(lhs, op, rhs)``; each side is
-    resolved as the body is (reductions and overall counts).
+    resolved as the body is (reductions and overall counts). ``written``: each constraint's own
+    text, which names it (in logs and checkpoints); the resolved form where not given.
     """
     resolver = _Resolver(pos, parse_metric)
     resolver.bind(bindings, functions)
     result = resolver.walk(body, False)
     constraints = []
-    for raw in clause or []:
+    for i, raw in enumerate(clause or []):
         lhs, op, rhs = raw
         sides = [resolver.walk(s, False) for s in (lhs, rhs)]
         shown = f"{sympy.sstr(sides[0])} {op} {sympy.sstr(sides[1])}"
@@ -218,7 +219,8 @@ def resolve_groups(text: str, bindings: list[tuple[Any, sympy.Expr]], body: symp
                 not (sides[0] - sides[1]).has(GroupReduction):
             raise MetricError(f"constraint {shown!r} depends on no prediction; bound a rate or a "
                               "reduction, such as gap(recall) <= 0.05")
-        constraints.append(GroupConstraint(shown, sides[0], str(op), sides[1]))
+        constraints.append(GroupConstraint(written[i].strip() if written else shown, sides[0], str(op),
+                                           sides[1]))
     if not result.has(GroupReduction) and not any(
             (c.lhs - c.rhs).has(GroupReduction) for c in constraints):
         raise MetricError(f"formula {text.strip()!r} uses no group reduction; a group formula uses "

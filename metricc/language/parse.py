@@ -234,7 +234,9 @@ def _resolve(text: str, parts: list[Any], pos: Position
     *bindings, body = parts
     exprs = [body, *(e for _, e in bindings)]
     if uses_groups([*exprs, *(x for c in clause or [] for x in (c[0], c[2]))]):
-        return resolve_groups(text, bindings, body, clause, pos, FUNCTIONS, parse)
+        spans = _clause_spans(text, len(clause)) if clause else None
+        return resolve_groups(text, bindings, body, clause, pos, FUNCTIONS, parse,
+                              [text[a:b] for a, b in spans] if spans else None)
     curve = uses_curve([*exprs, *(x for c in clause or [] for x in (c[0], c[2]))])
     matrix = not curve and _uses_matrix(exprs)
     if clause and (curve or matrix):
