@@ -210,10 +210,10 @@ def cmd_grad(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .library import CURVE_METRICS, GROUP_METRICS, MATRIX_METRICS, METRICS
+    from .library import REGISTRIES
 
     rows = [("name", "better", "aliases", "formula")]
-    for m in [*METRICS.values(), *MATRIX_METRICS.values(), *CURVE_METRICS.values(), *GROUP_METRICS.values()]:
+    for m in (m for registry in REGISTRIES for m in registry.values()):
         formula = "; ".join(line.split("#")[0].strip() for line in m.formula.splitlines())
         if m.params:
             formula += "   [" + ", ".join(

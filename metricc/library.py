@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["ALIASES", "CURVE_METRICS", "GROUP_METRICS",
-           "MATRIX_METRICS", "METRICS", "NamedMetric", "lookup", "micro_tn_refusal",
+           "MATRIX_METRICS", "METRICS", "REGISTRIES", "NamedMetric", "lookup", "micro_tn_refusal",
            "names"]
 
 
@@ -219,7 +219,9 @@ MATRIX_METRICS: dict[str, NamedMetric] = {m.name: m for m in _MATRIX}
 CURVE_METRICS: dict[str, NamedMetric] = {m.name: m for m in _CURVE}
 #: The group metrics (formulas over the counts of each group, ``docs/groups.md``).
 GROUP_METRICS: dict[str, NamedMetric] = {m.name: m for m in _GROUPS}
-ALIASES: dict[str, str] = {a: m.name for m in [*_ALL, *_MATRIX, *_CURVE, *_GROUPS] for a in m.aliases}
+#: Every statistic's registry, in the order ``metricc list`` shows them.
+REGISTRIES: tuple[dict[str, NamedMetric], ...] = (METRICS, MATRIX_METRICS, CURVE_METRICS, GROUP_METRICS)
+ALIASES: dict[str, str] = {a: m.name for r in REGISTRIES for m in r.values() for a in m.aliases}
 
 
 #: 2x2 metrics that use TN, and the K x K metric that means what their name says over
@@ -246,10 +248,9 @@ def micro_tn_refusal(name: str | None) -> str:
 def lookup(name: str) -> NamedMetric | None:
     """The named metric for ``name`` or one of its aliases, else ``None``."""
     canonical = ALIASES.get(name, name)
-    return (METRICS.get(canonical) or MATRIX_METRICS.get(canonical) or CURVE_METRICS.get(canonical)
-            or GROUP_METRICS.get(canonical))
+    return next((r[canonical] for r in REGISTRIES if canonical in r), None)
 
 
 def names() -> list[str]:
     """Every name and alias a formula or ``metricc.compile`` accepts."""
-    return sorted([*METRICS, *MATRIX_METRICS, *CURVE_METRICS, *GROUP_METRICS, *ALIASES])
+    return sorted([*(n for r in REGISTRIES for n in r), *ALIASES])

@@ -69,6 +69,9 @@ class Statistic:
     grad_printer: str
     #: and the docstring of its standalone file ``(metric, class name, defaults) -> lines``.
     standalone_doc: str
+    #: Its own torch-only runtime modules, pasted into standalone files after the shared ones
+    #: (each may import the shared runtime and the modules before it).
+    runtime_modules: tuple[str, ...] = ()
 
 
 def _curve_nonnegative(e: sympy.Expr) -> bool:
@@ -113,7 +116,8 @@ STATISTICS: dict[str, Statistic] = {
                         "mx_rows", "mx_matrices"),
         unnamed_loss="CustomMatrixMetricLoss", facade="metricc.matrix_metric.MatrixMetric",
         emitter="metricc.emit.matrix.emit_matrix_kernels", grad_printer="metricc.cli.matrix_grad",
-        standalone_doc="metricc.standalone_file.matrix_doc"),
+        standalone_doc="metricc.standalone_file.matrix_doc",
+        runtime_modules=("metricc.runtime.matrix",)),
     "curve": Statistic(
         name="curve", symbols=("area", "steps", "best", "P", "N", "n"),
         is_nonnegative=_curve_nonnegative, differentiate=_curve_partials,
@@ -123,7 +127,8 @@ STATISTICS: dict[str, Statistic] = {
         loss_class="metricc.runtime.curve_loss.CurveLoss", kernel_helpers=(),
         unnamed_loss="CustomCurveMetricLoss", facade="metricc.curve_metric.CurveMetric",
         emitter="metricc.emit.curve.emit_curve_kernels", grad_printer="metricc.cli.curve_grad",
-        standalone_doc="metricc.standalone_file.curve_doc"),
+        standalone_doc="metricc.standalone_file.curve_doc",
+        runtime_modules=("metricc.runtime.curve", "metricc.runtime.curve_loss")),
     "groups": Statistic(
         name="groups", symbols=("gap", "ratio", "worst", "groupmax", "groupmean", "vsrest", *COUNTS),
         is_nonnegative=_curve_nonnegative, differentiate=_group_partials,
@@ -133,7 +138,8 @@ STATISTICS: dict[str, Statistic] = {
         loss_class="metricc.runtime.groups.GroupLoss", kernel_helpers=("grp_reduce",),
         unnamed_loss="CustomGroupMetricLoss", facade="metricc.groups_metric.GroupMetric",
         emitter="metricc.emit.groups.emit_group_kernels", grad_printer="metricc.cli.groups_grad",
-        standalone_doc="metricc.standalone_file.groups_doc"),
+        standalone_doc="metricc.standalone_file.groups_doc",
+        runtime_modules=("metricc.runtime.group_counts", "metricc.runtime.groups")),
 }
 
 
