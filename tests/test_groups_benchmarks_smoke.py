@@ -44,5 +44,6 @@ def test_evidence_smoke_writes_paired_rows_for_every_method(tmp_path: Path) -> N
     for m in methods:
         assert f"| {m} |" in text
     assert "metricc vs ExponentiatedGradient" in text
+    assert ev.main(["--from-csv", "--out", str(tmp_path)]) == text  # the tables from the CSV alone
     x, y, a = ev.load("HMDA", 50)
     assert x.shape == (50, 13) and set(y) <= {0, 1} and set(a) <= {0, 1}
