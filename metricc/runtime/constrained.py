@@ -137,9 +137,9 @@ def _lagrangian(terms: _Terms, counts: tuple[Any, ...], lam: Any, coefficients: 
     for j, spec in enumerate(terms.constraints):
         sense = _sense(spec.op)
         h, *dh = _kernel(spec.kernels, counts, eps, coefficients, host)
-        psi, dpsi = psi(sense * (spec.bound - h), lam[j] if host else lam[:, j].to(h.dtype),
-                         terms.penalty)
-        loss = loss + psi
+        pen, dpsi = psi(sense * (spec.bound - h), lam[j] if host else lam[:, j].to(h.dtype),
+                        terms.penalty)
+        loss = loss + pen
         if coefficients:
             # dv/dh = -sense, so d psi/d a = -sense * dpsi * dh/da.
             c1 = c1 - sense * dpsi * dh[0]
