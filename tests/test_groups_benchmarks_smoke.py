@@ -39,10 +39,11 @@ def test_evidence_smoke_writes_paired_rows_for_every_method(tmp_path: Path) -> N
     assert {r["method"] for r in rows} == set(methods)
     assert {(r["seed"], r["fold"]) for r in rows} == {("0", "0"), ("0", "1")}  # 1 seed x 2 folds
     for r in rows:
-        assert all(0.0 <= float(r[k]) <= 1.0 for k in ("accuracy", "f1", "eo_gap"))
+        assert all(0.0 <= float(r[k]) <= 1.0 for k in ("accuracy", "f1", "eo_gap", "positive_rate"))
     # every baseline appears in the table with its paired difference to metricc
     for m in methods:
         assert f"| {m} |" in text
     assert "metricc vs ExponentiatedGradient" in text
+    assert ev.main(["--from-csv", "--out", str(tmp_path)]) == text  # the tables from the CSV alone
     x, y, a = ev.load("HMDA", 50)
     assert x.shape == (50, 13) and set(y) <= {0, 1} and set(a) <= {0, 1}
