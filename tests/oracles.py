@@ -214,3 +214,54 @@ def sklearn_reference(name: str, **params: float) -> Callable[..., float]:
     }
     fn = refs[metric.name]
     return lambda y, yhat: float(fn(np.asarray(y), np.asarray(yhat)))
+
+
+def curve_reference(name: str, **params: float) -> Callable[..., float]:
+    """A function ``(y_true, scores) -> float`` computing the named curve metric ``name`` with
+    scikit-learn (AUROC, average precision, partial AUROC, the best F1 over
+    ``precision_recall_curve``) or torchmetrics (recall at a fixed precision and precision at a
+    fixed recall, in float64): the independent reference on binary labels, as
+    ``tests/test_curve_metric.py`` checks them with ties.
+
+    >>> import numpy as np
+    >>> curve_reference("auroc")(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]))
+    0.75
+    """
+    import numpy as np
+    from sklearn import metrics as skm
+
+    metric = lookup(name)
+    if metric is None or not metric.curve:
+        raise KeyError(name)
+    p = {**metric.params, **params}
+
+    def best_f1(y: np.ndarray, s: np.ndarray) -> float:
+        precision, recall, _ = skm.precision_recall_curve(y, s)
+        with np.errstate(invalid="ignore"):
+            return float(np.nan_to_num(2 * precision * recall / (precision + recall)).max())
+
+    def at_fixed(kind: str) -> Callable[[np.ndarray, np.ndarray], float]:
+        def value(y: np.ndarray, s: np.ndarray) -> float:
+            from torchmetrics.classification import BinaryPrecisionAtFixedRecall, BinaryRecallAtFixedPrecision
+
+            ref = (BinaryRecallAtFixedPrecision(min_precision=float(p["min_precision"]))
+                   if kind == "recall" else BinaryPrecisionAtFixedRecall(min_recall=float(p["min_recall"])))
+            old = torch.get_default_dtype()
+            torch.set_default_dtype(F64)  # torchmetrics otherwise forms its curve in float32
+            try:
+                return float(ref(torch.as_tensor(s, dtype=F64), torch.as_tensor(y))[0])
+            finally:
+                torch.set_default_dtype(old)
+
+        return value
+
+    refs: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
+        "auroc": skm.roc_auc_score,
+        "average_precision": skm.average_precision_score,
+        "partial_auroc": lambda y, s: skm.roc_auc_score(y, s, max_fpr=p["max_fpr"]),
+        "recall_at_precision": at_fixed("recall"),
+        "precision_at_recall": at_fixed("precision"),
+        "best_f1": best_f1,
+    }
+    fn = refs[metric.name]
+    return lambda y, s: float(fn(np.asarray(y), np.asarray(s)))
