@@ -36,6 +36,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.modes",
         "metricc.runtime.averages",
         "metricc.runtime.weights",
+        "metricc.runtime.loss_base",
         "metricc.runtime.logit_grad",
         "metricc.runtime.symbolic",
         "metricc.runtime.loss",
