@@ -27,7 +27,8 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 _SHARED = ("metricc.errors", "metricc.runtime.options", "metricc.runtime.sigmoids",
            "metricc.runtime.relax_base", "metricc.runtime.relax", "metricc.runtime.counts",
            "metricc.runtime.distributed", "metricc.runtime.hints", "metricc.runtime.modes",
-           "metricc.runtime.averages", "metricc.runtime.weights", "metricc.runtime.logit_grad",
+           "metricc.runtime.averages", "metricc.runtime.weights", "metricc.runtime.loss_base",
+           "metricc.runtime.logit_grad",
            "metricc.runtime.symbolic", "metricc.runtime.loss", "metricc.runtime.constraint_defaults",
            "metricc.runtime.constraint_state", "metricc.runtime.constrained")
 #: The modules a standalone file is made of, in this order: each may import only

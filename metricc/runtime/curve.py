@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -394,5 +394,4 @@ class CurvePool(CountPool):
 def curve_pool(sync_dist: bool = False, process_group: Any = None, memory_decay: float | None = None
                ) -> CurvePool | None:
     """A checked :class:`CurvePool`, or ``None`` when neither option is asked for."""
-    pool = count_pool(sync_dist, process_group, memory_decay, "global")
-    return None if pool is None else CurvePool(pool.sync_dist, pool.process_group, pool.memory_decay)
+    return cast("CurvePool | None", count_pool(sync_dist, process_group, memory_decay, "global", CurvePool))
