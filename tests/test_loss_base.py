@@ -11,7 +11,7 @@ from metricc.analysis.statistics import STATISTICS, resolve
 from metricc.runtime.loss_base import StatisticLoss
 
 #: A named metric of each statistic.
-EXAMPLES = ("f1", "quadratic_kappa", "auroc")
+EXAMPLES = ("f1", "quadratic_kappa", "auroc", "equal_opportunity_difference")
 
 
 def _by_statistic() -> dict[str, metricc.Metric]:
@@ -45,7 +45,7 @@ def test_every_loss_shows_its_memory_sync_and_validation_options() -> None:
 def test_every_loss_validates_on_demand_with_validate_args_off() -> None:
     nan = torch.tensor([0.2, float("nan"), 0.7, 0.1], dtype=torch.float64)
     binary = torch.tensor([0.0, 1.0, 1.0, 0.0], dtype=torch.float64)
-    cases = {"counts": (nan, binary), "curve": (nan, binary),
+    cases = {"counts": (nan, binary), "curve": (nan, binary), "groups": (nan, binary),
              "matrix": (torch.rand(4, 3, dtype=torch.float64), torch.tensor([0, 1, 3, 2]))}
     for statistic, m in _by_statistic().items():
         loss = m.loss(validate_args=False)
@@ -60,12 +60,13 @@ def test_reset_memory_forgets_past_batches_in_every_statistic() -> None:
     g = torch.Generator().manual_seed(0)
     x2, y2 = torch.randn(32, generator=g, dtype=torch.float64), (torch.rand(32, generator=g) < 0.4).double()
     xk, yk = torch.randn(32, 3, generator=g, dtype=torch.float64), torch.randint(0, 3, (32,), generator=g)
-    data = {"counts": (x2, y2), "curve": (x2, y2), "matrix": (xk, yk)}
+    groups = torch.arange(32) % 2
+    data = {"counts": (x2, y2), "curve": (x2, y2), "matrix": (xk, yk), "groups": (x2, y2, groups)}
     for statistic, m in _by_statistic().items():
-        x, y = data[statistic]
-        fresh = m.loss(from_logits=True)(x.requires_grad_(), y)
+        x, y, *extra = data[statistic]
+        fresh = m.loss(from_logits=True)(x.requires_grad_(), y, *extra)
         loss = m.loss(from_logits=True, memory_decay=0.5)
-        loss(x.flip(0), y)  # remembered: another pairing of scores and labels
-        assert not torch.equal(loss(x, y), fresh), statistic
+        loss(x.flip(0), y, *extra)  # remembered: another pairing of scores and labels
+        assert not torch.equal(loss(x, y, *extra), fresh), statistic
         loss.reset_memory()
-        torch.testing.assert_close(loss(x, y), fresh, rtol=0, atol=0)
+        torch.testing.assert_close(loss(x, y, *extra), fresh, rtol=0, atol=0)

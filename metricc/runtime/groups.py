@@ -26,10 +26,10 @@ from .constrained import psi
 from .constraint_defaults import CONSTRAINED_DEFAULTS
 from .constraint_state import ConstraintState
 from .counts import wide_dtype
-from .distributed import CountPool, count_pool, recomputing, updates_state
+from .distributed import CountPool, recomputing, updates_state
 from .group_counts import CountPlan, GroupCounts, group_counts
-from .modes import validate_inputs
-from .options import check_flag, check_number
+from .loss_base import StatisticLoss
+from .options import check_number
 from .relax import Relaxation, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
 
@@ -159,7 +159,7 @@ def check_groups(groups: Any, n: int, num_groups: int | None, validate: bool) ->
     return int(g)
 
 
-class GroupLoss(ConstraintState):
+class GroupLoss(StatisticLoss, ConstraintState):
     """``1 - metric`` (or the metric, lower is better) of a group formula on soft counts per group.
 
     ``forward(input, target, groups, weight=None)``: ``input`` scores ``(N,)`` (probabilities,
@@ -175,12 +175,8 @@ class GroupLoss(ConstraintState):
     ``G x 4`` counts over ranks, ``memory_decay`` pools past batches' (training steps only).
     """
 
-    formula: ClassVar[str] = ""
-    source: ClassVar[str] = ""
-    higher_is_better: ClassVar[bool] = True
     #: ``(label, op, bound)`` per constraint of the formula, set by the facade.
     constraint_specs: ClassVar[tuple[tuple[str, str, float], ...]] = ()
-    _function: ClassVar[Any] = None
 
     @staticmethod
     def group_value(TP: Tensor, FP: Tensor, FN: Tensor, TN: Tensor, eps: float, tau: float) -> Tensor:
@@ -214,11 +210,13 @@ class GroupLoss(ConstraintState):
         memory_decay: float | None = None,
         validate_args: bool = True,
     ) -> None:
-        super().__init__()
+        # the options, pool and repr every statistic's loss shares; the multipliers' casts and
+        # checkpoints from ConstraintState (next in the MRO)
+        super().__init__(from_logits=from_logits, reduction="mean", eps=eps, validate_args=validate_args,
+                         sync_dist=sync_dist, process_group=process_group, memory_decay=memory_decay)
         if relaxation not in ("anyloss", "linear"):
             raise MetricError(f"relaxation={relaxation!r} is not one a group loss takes: 'anyloss' "
                               "(sigmoid(amplifier (p - 1/2)), the default) or 'linear' (p)")
-        self.from_logits = check_flag("from_logits", from_logits)
         self.relax = bound_relaxation(relaxation, self.from_logits,
                                       check_relaxation_options({"amplifier": amplifier}))
         self.relaxation = relaxation
@@ -227,11 +225,9 @@ class GroupLoss(ConstraintState):
                                        or num_groups < 1):
             raise MetricError(f"num_groups must be a positive int (or None), got {num_groups!r}")
         self.num_groups = num_groups
-        self.eps = check_number("eps", eps)
         self.multiplier_lr, self.penalty, self.max_multiplier = (check_number(k, v) for k, v in (
             ("multiplier_lr", multiplier_lr), ("penalty", penalty), ("max_multiplier", max_multiplier)))
-        self.validate_args = check_flag("validate_args", validate_args)
-        self.pool: CountPool | None = count_pool(sync_dist, process_group, memory_decay, "global")
+        # the hard counts of the multiplier step, pooled as the relaxed ones
         self.hard_pool = None if self.pool is None else CountPool(sync_dist, process_group, memory_decay)
         self.constraints = tuple(GroupConstraintSpec(*c) for c in self.constraint_specs)
         self.labels = tuple(c.label for c in self.constraints)
@@ -240,22 +236,13 @@ class GroupLoss(ConstraintState):
         self.register_buffer("constraint_values", torch.full((k,), math.nan, dtype=torch.float64),
                              persistent=False)
 
-    def extra_repr(self) -> str:
+    def repr_options(self) -> list[str]:
         parts = [f"relaxation={self.relaxation!r}", *(f"{k}={getattr(self.relax, k)!r}" for k in self.relax.options),
-                 f"tau={self.tau!r}", f"num_groups={self.num_groups!r}", f"from_logits={self.from_logits}",
-                 f"eps={self.eps!r}"]
+                 f"tau={self.tau!r}", f"num_groups={self.num_groups!r}", f"from_logits={self.from_logits}"]
         if self.constraints:
             parts += [f"constraints={list(self.labels)}", f"multiplier_lr={self.multiplier_lr}",
                       f"penalty={self.penalty}", f"max_multiplier={self.max_multiplier}"]
-        if self.pool is not None:
-            parts += [f"sync_dist={self.pool.sync_dist}", f"memory_decay={self.pool.memory_decay!r}"]
-        return ", ".join(parts)
-
-    def reset_memory(self) -> None:
-        """Forget the counts of past batches (``memory_decay``); a no-op without memory."""
-        for pool in (self.pool, self.hard_pool):
-            if pool is not None:
-                pool.reset()
+        return parts
 
     def forward(self, input: Tensor, target: Tensor, groups: Tensor | None = None,
                 weight: Tensor | None = None) -> Tensor:
@@ -264,9 +251,7 @@ class GroupLoss(ConstraintState):
             raise MetricError("a group loss needs each sample's group: loss(input, target, groups) with "
                               "ids (N,) or memberships (N, G)")
         target = target.detach() if isinstance(target, Tensor) else target
-        sync = self.pool is not None and self.pool.sync_dist
-        validate_inputs(input, target, "binary", self.from_logits, None, self.validate_args,
-                        allow_empty=sync)
+        self.check_inputs(input, target, self.validate_args)
         if input.dim() > 2 or (input.dim() == 2 and input.shape[1] != 1):
             raise MetricError(f"a group loss takes one score per sample, input (N,) or (N, 1), got "
                               f"{tuple(input.shape)}; groups are given per sample")

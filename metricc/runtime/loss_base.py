@@ -78,9 +78,11 @@ class StatisticLoss(torch.nn.Module):
         self.check_inputs(input, target, True)
 
     def reset_memory(self) -> None:
-        """Forget the statistics of past batches (``memory_decay``); a no-op without memory."""
-        if self.pool is not None:
-            self.pool.reset()
+        """Forget the statistics of past batches (``memory_decay``): every pool this loss holds
+        (a constrained group loss pools its hard counts too); a no-op without memory."""
+        for module in self.modules():
+            if isinstance(module, CountPool):
+                module.reset()
 
     def repr_options(self) -> list[str]:
         """The statistic's own options in use, first in the repr (``name=value`` each)."""
