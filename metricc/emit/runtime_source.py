@@ -45,6 +45,7 @@ SOURCES: tuple[tuple[str, Path], ...] = tuple(
         "metricc.runtime.matrix",
         "metricc.runtime.curve",
         "metricc.runtime.curve_loss",
+        "metricc.runtime.warm_start",
     ))
 #: Generated lines are wrapped to this width, so the file passes common line-length rules.
 WIDTH = 88
