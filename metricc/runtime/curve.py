@@ -125,6 +125,8 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
         else:
             x, d = s, None
         u = x.to(torch.float64, copy=True).mul_(1.0 / h)
+        if not from_logits:  # probabilities outside [0, 1] (validate_args=False): the grid's ends
+            u.clamp_(0, relax.bins - 1)
     else:
         c = relax.clip
         if from_logits:
@@ -174,8 +176,12 @@ def _histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int
         # the cast truncates to floor(u) without a float64 floor tensor. A NaN position casts
         # to an arbitrary integer: clamped to a valid bin, its NaN f then marks the histogram
         # (checked by the caller).
-        k = u.to(dtype).clamp_(0, bins - 2)
-        f = u.sub_(k)  # u is not needed after this (width 1)
+        k = u.to(dtype)
+        # f = u - k in place, k clamped to T - 2: frac(u), and 1 at the top point u = T - 1
+        # (u - k itself would cast k to float64: a fresh copy of n float64s, the slowest step)
+        top = k >= bins - 1
+        k.clamp_(0, bins - 2)
+        f = u.frac_().masked_fill_(top, 1.0)  # u is not needed after this (width 1)
         idx = _row_offset(k, pos, rows, bins).reshape(-1)
         frac = _scatter(size, idx, f.reshape(-1) if mass is None else f.mul_(mass).reshape(-1))
         hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
