@@ -178,10 +178,14 @@ def _histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int
         # (checked by the caller).
         k = u.to(dtype)
         # f = u - k in place, k clamped to T - 2: frac(u), and 1 at the top point u = T - 1
-        # (u - k itself would cast k to float64: a fresh copy of n float64s, the slowest step)
-        top = k >= bins - 1
+        # (u - k itself would cast k to float64: a fresh copy of n float64s, the slowest step).
+        # Eager, the mask is formed only when some score is there (k's max: one cheap pass).
+        top = u >= bins - 1 if (torch.compiler.is_compiling() or not k.numel()
+                                or int(k.max()) >= bins - 1) else None
         k.clamp_(0, bins - 2)
-        f = u.frac_().masked_fill_(top, 1.0)  # u is not needed after this (width 1)
+        f = u.frac_()  # u is not needed after this (width 1)
+        if top is not None:
+            f.masked_fill_(top, 1.0)
         idx = _row_offset(k, pos, rows, bins).reshape(-1)
         frac = _scatter(size, idx, f.reshape(-1) if mass is None else f.mul_(mass).reshape(-1))
         hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
