@@ -125,8 +125,7 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
         else:
             x, d = s, None
         u = x.to(torch.float64, copy=True).mul_(1.0 / h)
-        if not from_logits:  # probabilities outside [0, 1] (validate_args=False): the grid's ends
-            u.clamp_(0, relax.bins - 1)
+        u = u if from_logits else u.clamp_(0, relax.bins - 1)  # unchecked probabilities: its ends
     else:
         c = relax.clip
         if from_logits:
@@ -143,8 +142,7 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
 
 
 def _index_dtype(size: int) -> torch.dtype:
-    """int32 bin indices while they fit: half the memory, and int32 arithmetic with a bool
-    stays on torch's vectorised paths (int64 += bool is 20x slower)."""
+    """int32 bin indices while they fit: half the memory, and int32 += bool stays vectorised (int64: 20x slower)."""
     return torch.int32 if size < 1 << 31 else torch.int64
 
 
@@ -172,20 +170,14 @@ def _histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int
     size = 2 * rows * bins
     dtype = _index_dtype(size)
     if width == 1:
-        # linear interpolation: 1 - f to bin k, f to bin k + 1, with k <= T - 2. u >= 0, so
-        # the cast truncates to floor(u) without a float64 floor tensor. A NaN position casts
-        # to an arbitrary integer: clamped to a valid bin, its NaN f then marks the histogram
-        # (checked by the caller).
+        # linear interpolation: 1 - f to bin k, f to bin k + 1, k <= T - 2. u >= 0: the cast is the
+        # floor. f = u - k in place (u - k would cast k to a float64 copy): frac(u), 1 at the top
+        # point u = T - 1 (masked eagerly only if a score is there). A NaN position casts to any
+        # integer: clamped to a valid bin, its NaN f then marks the histogram (the caller checks).
         k = u.to(dtype)
-        # f = u - k in place, k clamped to T - 2: frac(u), and 1 at the top point u = T - 1
-        # (u - k itself would cast k to float64: a fresh copy of n float64s, the slowest step).
-        # Eager, the mask is formed only when some score is there (k's max: one cheap pass).
-        top = u >= bins - 1 if (torch.compiler.is_compiling() or not k.numel()
-                                or int(k.max()) >= bins - 1) else None
+        top = u >= bins - 1 if torch.compiler.is_compiling() or not k.numel() or int(k.max()) >= bins - 1 else None
+        f = u.frac_() if top is None else u.frac_().masked_fill_(top, 1.0)  # u is spent (width 1)
         k.clamp_(0, bins - 2)
-        f = u.frac_()  # u is not needed after this (width 1)
-        if top is not None:
-            f.masked_fill_(top, 1.0)
         idx = _row_offset(k, pos, rows, bins).reshape(-1)
         frac = _scatter(size, idx, f.reshape(-1) if mass is None else f.mul_(mass).reshape(-1))
         hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
