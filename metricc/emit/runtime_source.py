@@ -31,13 +31,15 @@ _SHARED = ("metricc.errors", "metricc.runtime.options", "metricc.runtime.sigmoid
            "metricc.runtime.logit_grad",
            "metricc.runtime.symbolic", "metricc.runtime.loss", "metricc.runtime.constraint_defaults",
            "metricc.runtime.constraint_state", "metricc.runtime.constrained")
+#: What wraps any statistic's loss, after them all.
+_TAIL = ("metricc.runtime.warm_start",)
 #: The modules a standalone file is made of, in this order: each may import only
 #: torch, the standard library and the modules before it (those imports are dropped). After
 #: the shared runtime, each statistic's own modules, as its declaration lists them
 #: (``Statistic.runtime_modules``, in the order of ``STATISTICS``).
 SOURCES: tuple[tuple[str, Path], ...] = tuple(
     (name, _PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py"))
-    for name in (*_SHARED, *(m for s in STATISTICS.values() for m in s.runtime_modules)))
+    for name in (*_SHARED, *(m for s in STATISTICS.values() for m in s.runtime_modules), *_TAIL))
 #: Generated lines are wrapped to this width, so the file passes common line-length rules.
 WIDTH = 88
 

@@ -33,7 +33,7 @@ CURVE_AVERAGES = ("macro", "weighted")
 
 
 class SmoothMax:
-    """The temperatures of the smooth ``best()``: ``tau`` for the softmax-weighted mean over
+    """The temperatures of the smooth ``best()``: ``tau`` for the log-mean-exp over
     thresholds, ``tau_gate`` for the gate of a bound (``docs/curve.md``; defaults 0.01 and
     0.001, the analysis's ``DEFAULT_TAU``, ``DEFAULT_TAU_GATE``). Immutable.
 

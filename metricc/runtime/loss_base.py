@@ -80,9 +80,8 @@ class StatisticLoss(torch.nn.Module):
     def reset_memory(self) -> None:
         """Forget the statistics of past batches (``memory_decay``): every pool this loss holds
         (a constrained group loss pools its hard counts too); a no-op without memory."""
-        for module in self.modules():
-            if isinstance(module, CountPool):
-                module.reset()
+        for pool in [m for m in self.modules() if isinstance(m, CountPool)]:
+            pool.reset()
 
     def repr_options(self) -> list[str]:
         """The statistic's own options in use, first in the repr (``name=value`` each)."""
