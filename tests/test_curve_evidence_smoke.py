@@ -247,6 +247,8 @@ def test_quick_run_writes_the_page_and_the_runs(tmp_path: Path) -> None:
         assert f"| {label} |" in summary  # one summary row per metric, with a recommendation
         assert page.count(f"| warm {label} |") == 1
     assert summary.count("BCE") >= len(ce.CURVE_METRICS)
+    warm = page.split("## The warm start against the loss alone")[1].split("## Test")[0]
+    assert all(f"| {label} |" in warm for label in ce.CURVE_METRICS)
     # the earlier full AUROC/AP run is rendered from its kept runs, ablations included
     earlier = page.split("## From the earlier run")[1]
     assert earlier.count("| bce+ap logit |") == 2 and "†" in earlier
