@@ -307,3 +307,17 @@ def test_constraints_are_named_as_written() -> None:
     loss = m.loss(num_groups=2)
     assert list(loss.log_dict()) == ["gap(r) <= 0.05", "multiplier/gap(r) <= 0.05",
                                      "worst(recall) >= 0.5", "multiplier/worst(recall) >= 0.5"]
+
+
+def test_warm_start_wraps_a_group_loss() -> None:
+    loss = metricc.compile("accuracy subject to gap(recall) <= 0.05").loss(from_logits=True, num_groups=3)
+    warm = metricc.WarmStart(loss, warmup_steps=1, blend_steps=1)
+    x, y, g = _batch()
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(x, y)
+    torch.testing.assert_close(warm(x.clone().requires_grad_(), y, groups=g), bce)
+    loss.eval()
+    metric_term = loss(x, y, g)  # the multipliers as the blend step will see them (no step here)
+    loss.train()
+    blended = warm(x.clone().requires_grad_(), y, groups=g)  # a = 1/2
+    torch.testing.assert_close(blended, 0.5 * bce + 0.5 * metric_term, rtol=1e-12, atol=0)
+    assert float(loss.multipliers[0]) > 0  # the blend step was a training step of the group loss

@@ -22,10 +22,8 @@ from torch import Tensor
 from ..errors import MetricError
 from .constrained import ConstrainedLoss
 from .counts import wide_dtype
-from .curve_loss import CurveLoss
 from .distributed import recomputing, updates_state
-from .loss import MetricLoss
-from .matrix import MatrixLoss
+from .loss_base import StatisticLoss
 from .modes import single_channel, validate_inputs
 from .options import MODES, check_flag, check_integer, check_number, look_up_option
 
@@ -52,11 +50,8 @@ def input_reading(loss: torch.nn.Module, mode: str | None, from_logits: bool | N
     if isinstance(loss, ConstrainedLoss):
         obj = loss.objective
         own = InputReading("binary", obj.from_logits, obj.ignore_index, obj.validate_args)
-    elif isinstance(loss, MatrixLoss):
-        own = InputReading("multiclass", loss.from_logits, loss.ignore_index, loss.validate_args)
-    elif isinstance(loss, (MetricLoss, CurveLoss)):
-        own = InputReading(loss.mode, loss.from_logits, getattr(loss, "ignore_index", None),
-                           loss.validate_args)
+    elif isinstance(loss, StatisticLoss):  # every statistic's loss: its mode (K x K: multiclass)
+        own = InputReading(loss.mode, loss.from_logits, loss.ignore_index, loss.validate_args)
     else:
         if mode is None or from_logits is None:
             return None
