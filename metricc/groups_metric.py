@@ -231,8 +231,9 @@ class GroupMetric(Metric):
                        constraints: Sequence[str] | None = None, confidence: float | None = None,
                        from_logits: bool = False, zero_division: float | None = None) -> Any:
         """Decision thresholds for this group metric on held-out scores: one for every group, or
-        one per group with ``per_group=True`` (in the sorted order of the group labels). 2 x 2
-        ``constraints`` (``["recall >= 0.8"]``) must hold in every group; with
+        one per group with ``per_group=True`` (in the sorted order of the group labels). The
+        formula's own bounds (``subject to gap(recall) <= 0.05``) must hold on these scores;
+        2 x 2 ``constraints`` (``["recall >= 0.8"]``) must hold in every group; with
         ``confidence=c``, on new data with probability at least ``c`` for all groups together
         (exact Clopper-Pearson bounds per group, Bonferroni across groups), and a group too
         small to certify is named. See :func:`metricc.evaluate.group_thresholds.choose_group_thresholds`.
@@ -250,8 +251,14 @@ class GroupMetric(Metric):
         check_flag("per_group", per_group)
         bounds = compile("accuracy").decision_objective(constraints or []).constraints
 
+        exprs = list(self._exprs)
+
         def value(counts: np.ndarray) -> np.ndarray:
-            return evaluate_groups([self._expr], counts, zero_division)[0]
+            # the metric where the formula's own bounds (subject to gap(recall) <= 0.05) hold on
+            # these counts, NaN (not a candidate) where one does not
+            v = evaluate_groups(exprs, counts, zero_division)
+            met = np.all(v[1:] <= 1e-12, axis=0) if len(exprs) > 1 else True
+            return np.where(met, v[0], np.nan)
 
         return choose_group_thresholds(value, self.higher_is_better, self.name or self.text.strip(),
                                        scores, target, groups, per_group=per_group,

@@ -321,3 +321,20 @@ def test_warm_start_wraps_a_group_loss() -> None:
     blended = warm(x.clone().requires_grad_(), y, groups=g)  # a = 1/2
     torch.testing.assert_close(blended, 0.5 * bce + 0.5 * metric_term, rtol=1e-12, atol=0)
     assert float(loss.multipliers[0]) > 0  # the blend step was a training step of the group loss
+
+
+def test_best_threshold_honours_the_formulas_own_bounds_and_refuses_a_bare_confidence() -> None:
+    rng = np.random.default_rng(3)
+    n = 600
+    g = rng.integers(0, 2, n)
+    y = (rng.random(n) < 0.5).astype(float)
+    s = 1 / (1 + np.exp(-((2 * y - 1) * (1.5 - g) + rng.normal(0, 1, n))))
+    free = metricc.compile("accuracy").best_threshold(s, y)
+    gap = metricc.compile("equal_opportunity_difference")
+    assert gap.score(s, y, groups=g, threshold=free.threshold) > 0.05  # unconstrained: a wide gap
+    bound = metricc.compile("accuracy subject to gap(recall) <= 0.05")
+    for per_group in (False, True):
+        c = bound.best_threshold(s, y, groups=g, per_group=per_group)
+        assert gap.score(s, y, groups=g, threshold=c.threshold) <= 0.05 + 1e-12
+    with pytest.raises(MetricError, match="confidence= applies to constraints"):
+        bound.best_threshold(s, y, groups=g, confidence=0.9)

@@ -109,6 +109,9 @@ def choose_group_thresholds(value: Callable[[np.ndarray], np.ndarray], higher_is
     y = as_array(target, "target").reshape(-1).astype(np.float64)
     if s.shape != y.shape or not np.isin(y, (0, 1)).all() or not np.isfinite(s).all():
         raise MetricError("best_threshold needs finite scores and 0/1 targets of one length")
+    if confidence is not None and not constraints:
+        raise MetricError("confidence= applies to constraints, and there are none: pass "
+                          "constraints=['recall >= 0.8'] (each holds in every group on new data)")
     codes, labels = group_ids(groups, s.shape[0])
     if codes.ndim != 1:
         raise MetricError("best_threshold needs hard group labels (N,), not soft memberships")
