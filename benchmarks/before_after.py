@@ -101,9 +101,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--compile", action="store_true", help="also the compiled cases (slow)")
     p.add_argument("--smoke", action="store_true", help="one small case, one round")
+    p.add_argument("--cases", nargs="*", help="only these cases (their names, as in CASES)")
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
     a = p.parse_args(argv)
     cases = [(c, False) for c in CASES] + ([(c, True) for c in COMPILED] if a.compile else [])
+    if a.cases:
+        cases = [(c, compiled) for c, compiled in cases if c in a.cases]
     if a.smoke:
         cases, a.rounds, a.calls = [("f1 binary 1e3", False)], 1, 3
     rows = []
