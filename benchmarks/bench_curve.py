@@ -4,6 +4,8 @@ Run from a checkout, on one thread (``--smoke``: tiny sizes, a few seconds)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_curve.py
     OMP_NUM_THREADS=1 python benchmarks/bench_curve.py --smoke
+    OMP_NUM_THREADS=1 python benchmarks/bench_curve.py --sizes 1000000 --only BCEWithLogits \
+        "metricc AUROC" "metricc AP" --no-multiclass     # the rows of one question
 
 Binary logits ``x`` of ``n`` float32 elements (10^4, 10^5, 10^6), 0/1 targets with 10 %
 positives. Rows, each a loss of ``(x, y)``:
@@ -153,7 +155,8 @@ def _rows(label: str, losses: dict, times: dict, peaks: dict, base: str) -> list
     return rows
 
 
-def run(sizes: list[int], rounds: int, warmup: int) -> list[list[str]]:
+def run(sizes: list[int], rounds: int, warmup: int, only: list[str] | None = None
+        ) -> list[list[str]]:
     bce = torch.nn.BCEWithLogitsLoss()
     rows, skipped = [], []
     for n in sizes:
@@ -186,6 +189,8 @@ def run(sizes: list[int], rounds: int, warmup: int) -> list[list[str]]:
                 skipped.append(f"n = {n}: LibAUC APLoss skipped ({int(y.sum()) * n:.2e} pairs > {PAIR_LIMIT:.0e})")
         if torchsort is not None:
             losses["torchsort soft-rank AUROC"] = torchsort_auroc
+        if only:  # the base row stays: every ratio is to it
+            losses = {k: v for k, v in losses.items() if k in only or k == "BCEWithLogits"}
         times, peaks = measure(losses, x, y, rounds, warmup)
         rows += _rows(f"{n:.0e}", losses, times, peaks, "BCEWithLogits")
         print_table(["n", "loss", "median ms", "x BCE", "x ratio", "min ms", "x BCE (min)", "peak MB"],
@@ -231,14 +236,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     parser.add_argument("--rounds", type=int, default=31, help="interleaved rounds per binary size")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6],
+                        help="binary sizes n")
+    parser.add_argument("--only", nargs="+", default=None, help="the binary rows to run (by name)")
+    parser.add_argument("--no-multiclass", action="store_true", help="skip the segmentation batch")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.smoke:
-        run([500, 2000], rounds=3, warmup=1)
+        run([500, 2000], rounds=3, warmup=1, only=args.only)
         run_multiclass((2, 3, 8, 8), rounds=2, warmup=1)
     else:
-        run([10**4, 10**5, 10**6], rounds=args.rounds, warmup=3)
-        run_multiclass((8, 21, 128, 128), rounds=max(3, args.rounds // 3), warmup=1)
+        run(args.sizes, rounds=args.rounds, warmup=3, only=args.only)
+        if not args.no_multiclass:
+            run_multiclass((8, 21, 128, 128), rounds=max(3, args.rounds // 3), warmup=1)
     return 0
 
 

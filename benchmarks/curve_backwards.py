@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How often ``precision_at_recall`` trains a model that ranks backwards, per smooth-max setting.
 
-docs/curve.md ("When it fails"). With ``benchmarks/operating_points.py``'s data, folds, model and
+docs/curve.md ("When it failed"). With ``benchmarks/operating_points.py``'s data, folds, model and
 training (``run_dataset``), each variant trains 5 folds x 3 seeds per target; a run ranks
 backwards when its test AUROC is below 0.5. ``logsumexp`` is a reference smooth maximum
 (``tau * logsumexp``, not in metricc) on the package's own soft curve.

@@ -6,6 +6,8 @@
 -2*TP/(FN + FP + 2*TP)**2
 """
 
+from typing import TYPE_CHECKING, Any
+
 from . import boosting
 from .boosting import BoostObjective
 from .decisions import best_threshold
@@ -21,6 +23,9 @@ from .evaluate.threshold import ThresholdChoice
 from .library import METRICS, NamedMetric
 from .metric import CountsMetric, Metric, compile
 
+if TYPE_CHECKING:
+    from .runtime.warm_start import WarmStart
+
 __all__ = [
     "METRICS",
     "BoostObjective",
@@ -34,8 +39,17 @@ __all__ = [
     "ThresholdChoice",
     "UnknownNameError",
     "VerificationError",
+    "WarmStart",
     "best_threshold",
     "boosting",
     "compile",
 ]
 __version__ = "0.2.0"
+
+
+def __getattr__(name: str) -> Any:
+    """``WarmStart`` loaded on first use: importing metricc loads no torch (``metricc grad``)."""
+    if name == "WarmStart":
+        from .runtime.warm_start import WarmStart
+        return WarmStart
+    raise AttributeError(f"module 'metricc' has no attribute {name!r}")

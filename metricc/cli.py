@@ -179,15 +179,26 @@ def _latex(label: str, e: Any) -> tuple[str, str]:
     return label, sympy.latex(e)
 
 
-def curve_grad(m: Any, latex: bool) -> int:
+def _local_forms(m: Any, latex: bool, note: str) -> int:
+    """``metricc grad`` of a statistic of reductions: the metric, its local forms, a note."""
     rows = [("f", m.expr), *m.gradient.items()]
     if latex:
         return _print_rows(rows, _latex)
     _print_rows(rows)
-    print("(the local forms, symbolic in the number of thresholds T: f = h(r0, r1, ...) over the "
-          "reductions r_j; dV/dTP_k = sum_j dh/dr_j (dterm/dTP_k at k + dterm/dTP_k+1 at k - 1) for "
-          "area/steps, TP1 FP1 ... being the counts at k + 1; docs/curve.md)")
+    print(note)
     return EXIT_OK
+
+
+def curve_grad(m: Any, latex: bool) -> int:
+    return _local_forms(m, latex, "(the local forms, symbolic in the number of thresholds T: f = h(r0, r1, ...) "
+                        "over the reductions r_j; dV/dTP_k = sum_j dh/dr_j (dterm/dTP_k at k + dterm/dTP_k+1 "
+                        "at k - 1) for area/steps, TP1 FP1 ... being the counts at k + 1; docs/curve.md)")
+
+
+def groups_grad(m: Any, latex: bool) -> int:
+    return _local_forms(m, latex, "(the local forms, symbolic in the number of groups G: f = h(r0, r1, ..., TP, "
+                        "FP, FN, TN) over the reductions r_j and the overall counts; dV/dTP_g = sum_j dh/dr_j "
+                        "dr_j/df_g df_j/dTP at group g's counts + dh/dTP; docs/groups.md)")
 
 
 def cmd_grad(args: argparse.Namespace) -> int:
@@ -199,10 +210,10 @@ def cmd_grad(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .library import CURVE_METRICS, MATRIX_METRICS, METRICS
+    from .library import REGISTRIES
 
     rows = [("name", "better", "aliases", "formula")]
-    for m in [*METRICS.values(), *MATRIX_METRICS.values(), *CURVE_METRICS.values()]:
+    for m in (m for registry in REGISTRIES for m in registry.values()):
         formula = "; ".join(line.split("#")[0].strip() for line in m.formula.splitlines())
         if m.params:
             formula += "   [" + ", ".join(

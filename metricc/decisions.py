@@ -112,6 +112,14 @@ class BestFeasible(FeasiblePasses):
     {'w': 1}
     """
 
+    def __new__(cls, metric: Metric | str | None = None, **options: Any) -> Any:
+        # a statistic that judges passes itself (groups: update() takes groups=) builds its own;
+        # pickle and deepcopy call __new__ with no arguments
+        if metric is None:
+            return super().__new__(cls)
+        judge = _as_metric(metric, "BestFeasible").pass_judge(**options)
+        return judge if judge is not None else super().__new__(cls)
+
     def __init__(self, metric: Metric | str, *, threshold: float | None = None,
                  confidence: float | None = None, passes: int | None = None,
                  zero_division: float | None = None, keep: str = "best",

@@ -207,6 +207,11 @@ class Metric:
         """Whether every constraint holds on hard predictions."""
         self._refuse("feasible")
 
+    def pass_judge(self, **options: Any) -> Any:
+        """What :class:`metricc.BestFeasible` of this metric is when the statistic judges passes
+        itself (``None``: the 2 x 2 judge of :meth:`decision_objective`)."""
+        return None
+
     def verify_subject(self, *args: Any, **kwargs: Any) -> Any:
         """This metric as the 2x2 verify stage reads it."""
         self._refuse("verify_subject")

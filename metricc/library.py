@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ALIASES", "CURVE_METRICS", "MATRIX_METRICS", "METRICS", "NamedMetric", "lookup", "micro_tn_refusal",
+__all__ = ["ALIASES", "CURVE_METRICS", "GROUP_METRICS",
+           "MATRIX_METRICS", "METRICS", "REGISTRIES", "NamedMetric", "lookup", "micro_tn_refusal",
            "names"]
 
 
@@ -32,6 +33,9 @@ class NamedMetric:
     #: A threshold-free metric over the ROC/PR curve (``docs/curve.md``): a formula of
     #: ``area``, ``steps`` and ``best`` over the 2 x 2 counts at every threshold.
     curve: bool = False
+    #: A fairness metric over the 2 x 2 counts of each group (``docs/groups.md``): a formula of
+    #: ``gap``, ``ratio``, ``worst``, ... over per-group rates; ``sklearn`` names fairlearn's.
+    groups: bool = False
 
 
 _TPR = "TP/(TP+FN)"
@@ -171,13 +175,53 @@ _CURVE = [
                 sklearn="max F1 over precision_recall_curve"),
 ]
 
+# Fairness metrics over the counts of each group (docs/groups.md), with fairlearn's meaning:
+# a difference is MetricFrame(...).difference() (largest minus smallest group), a ratio
+# .ratio() (smallest over largest); equalized odds takes the worse of TPR and FPR.
+_SELECTION = "PP/n"
+_GROUPS = [
+    NamedMetric("demographic_parity_difference", f"gap({_SELECTION})",
+                "largest minus smallest selection rate (PP/n) over the groups",
+                higher_is_better=False, groups=True,
+                sklearn="fairlearn.metrics.demographic_parity_difference"),
+    NamedMetric("demographic_parity_ratio", f"ratio({_SELECTION})",
+                "smallest over largest selection rate over the groups", groups=True,
+                sklearn="fairlearn.metrics.demographic_parity_ratio"),
+    NamedMetric("equalized_odds_difference", f"max(gap({_TPR}), gap({_FPR}))",
+                "the larger of the TPR gap and the FPR gap over the groups",
+                higher_is_better=False, groups=True,
+                sklearn="fairlearn.metrics.equalized_odds_difference"),
+    NamedMetric("equalized_odds_ratio", f"min(ratio({_TPR}), ratio({_FPR}))",
+                "the smaller of the TPR ratio and the FPR ratio over the groups", groups=True,
+                sklearn="fairlearn.metrics.equalized_odds_ratio"),
+    NamedMetric("equal_opportunity_difference", f"gap({_TPR})",
+                "largest minus smallest true positive rate over the groups",
+                higher_is_better=False, groups=True,
+                sklearn="fairlearn.metrics.equal_opportunity_difference"),
+    NamedMetric("equal_opportunity_ratio", f"ratio({_TPR})",
+                "smallest over largest true positive rate over the groups", groups=True,
+                sklearn="fairlearn.metrics.equal_opportunity_ratio"),
+    NamedMetric("predictive_parity_difference", f"gap({_PPV})",
+                "largest minus smallest precision over the groups", higher_is_better=False,
+                groups=True, sklearn="MetricFrame(precision_score).difference()"),
+    NamedMetric("worst_group_recall", f"worst({_TPR})", "the recall of the worst-served group",
+                groups=True, sklearn="MetricFrame(recall_score).group_min()"),
+    NamedMetric("worst_group_accuracy", "worst((TP+TN)/(TP+FP+FN+TN))",
+                "the accuracy of the worst-served group", groups=True,
+                sklearn="MetricFrame(accuracy_score).group_min()"),
+]
+
 #: The 2x2 metrics (formulas over TP, FP, FN, TN).
 METRICS: dict[str, NamedMetric] = {m.name: m for m in _ALL}
 #: The K x K metrics (formulas over the whole confusion matrix, ``docs/matrix.md``).
 MATRIX_METRICS: dict[str, NamedMetric] = {m.name: m for m in _MATRIX}
 #: The curve metrics (formulas over the counts at every threshold, ``docs/curve.md``).
 CURVE_METRICS: dict[str, NamedMetric] = {m.name: m for m in _CURVE}
-ALIASES: dict[str, str] = {a: m.name for m in [*_ALL, *_MATRIX, *_CURVE] for a in m.aliases}
+#: The group metrics (formulas over the counts of each group, ``docs/groups.md``).
+GROUP_METRICS: dict[str, NamedMetric] = {m.name: m for m in _GROUPS}
+#: Every statistic's registry, in the order ``metricc list`` shows them.
+REGISTRIES: tuple[dict[str, NamedMetric], ...] = (METRICS, MATRIX_METRICS, CURVE_METRICS, GROUP_METRICS)
+ALIASES: dict[str, str] = {a: m.name for r in REGISTRIES for m in r.values() for a in m.aliases}
 
 
 #: 2x2 metrics that use TN, and the K x K metric that means what their name says over
@@ -204,9 +248,9 @@ def micro_tn_refusal(name: str | None) -> str:
 def lookup(name: str) -> NamedMetric | None:
     """The named metric for ``name`` or one of its aliases, else ``None``."""
     canonical = ALIASES.get(name, name)
-    return METRICS.get(canonical) or MATRIX_METRICS.get(canonical) or CURVE_METRICS.get(canonical)
+    return next((r[canonical] for r in REGISTRIES if canonical in r), None)
 
 
 def names() -> list[str]:
     """Every name and alias a formula or ``metricc.compile`` accepts."""
-    return sorted([*METRICS, *MATRIX_METRICS, *CURVE_METRICS, *ALIASES])
+    return sorted([*(n for r in REGISTRIES for n in r), *ALIASES])

@@ -17,8 +17,6 @@ from .analysis.statistics import STATISTICS, analysis_errors, resolve, statistic
 from .counts_metric import CountsMetric
 from .errors import MetricError, MissingParameterError, suggest_all
 from .facade import Metric
-from .language.curve import CurveFormula
-from .language.matrix import MatrixFormula
 from .language.parse import Formula, check_single_identifier, known_names, parse
 from .library import lookup
 from .runtime.options import check_flag
@@ -72,7 +70,7 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def _check_parameter_ranges(parsed: Formula | MatrixFormula | CurveFormula, given: Mapping[str, float]) -> None:
+def _check_parameter_ranges(parsed: Any, given: Mapping[str, float]) -> None:
     """Refuse a named metric's parameter outside its range (``fbeta`` with ``beta < 0``)."""
     for metric_name in parsed.metrics:
         metric = lookup(metric_name)
@@ -166,12 +164,10 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
         if name is None and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", formula.strip()):
             name = formula.strip()
         statistic = statistic_of(parsed)
-        if statistic.name != "counts" and constraints:
-            kind = "a K x K" if statistic.name == "matrix" else "a curve"
-            hint = "" if statistic.name == "matrix" else (
-                "; write the bound into best(): best(recall, precision >= 0.9)")
-            raise MetricError("constraints apply to 2 x 2 metrics for now; "
-                              f"{formula.strip()!r} is {kind} metric{hint}")
+        facade = FACADES[statistic.name]
+        if constraints and "parse_constraints" in facade.not_applicable:
+            raise MetricError(f"constraints= does not apply to {formula.strip()!r}, a {facade.kind} "
+                              f"metric: {facade.not_applicable['parse_constraints']}")
         built: tuple[Any, ...] = ()
         if getattr(parsed, "constraints", ()) or constraints:
             from .constraints import build_constraints
@@ -179,7 +175,7 @@ def _compile_cached(key: Any, formula: str, higher_is_better: bool | None,
             assert isinstance(parsed, Formula)  # constraints are refused above for other statistics
             built = build_constraints(parsed, constraints, _constraint_metric)
         # each statistic's facade takes its own parsed record (the statistic_of() above)
-        metric = FACADES[statistic.name](cast(Any, parsed), given, name, direction, built)
+        metric = facade(cast(Any, parsed), given, name, direction, built)
         # this very cache entry, for pickling
         metric._spec = (formula, param_items, higher_is_better, constraints)
         for i, c in enumerate(metric.constraints):

@@ -108,6 +108,20 @@ def curve_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
     return doc + _usage(name, chosen, "scores", "targets")
 
 
+def groups_doc(metric: Any, name: str, chosen: dict[str, Any]) -> list[str]:
+    report = metric.check()
+    doc = _header(metric, name, "group (fairness) metric") + _parameters(metric)
+    doc += [f"Metric: {metric.expr_text}",
+            *(f"Subject to: {c.text}" for c in metric.group_constraints),
+            f"Direction: {_direction(metric)}.",
+            "Soft 2 x 2 counts per group (ids (N,) or memberships (N, G)); the backward runs the",
+            "generated gradient d value / d TP_g ... d value / d TN_g.",
+            "Along the moves a batch allows: " + ", ".join(f"{k} {d}" for k, d in report.moves.items())
+            + " (sampled).",
+            *_undefined([f"{e} = 0 ({where})" for where, e in report.undefined])]
+    return doc + _usage(name, chosen, "scores", "targets, groups")
+
+
 def _usage(name: str, chosen: dict[str, Any], inputs: str, targets: str) -> list[str]:
     shown = ", ".join(f"{k}={literal(v)}" for k, v in chosen.items())
     return ["", "Usage::", "",

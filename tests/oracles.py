@@ -12,7 +12,9 @@ None of these uses metricc's runtime or generated code.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import sympy
 import torch
 import torch.nn.functional as F
@@ -214,3 +216,89 @@ def sklearn_reference(name: str, **params: float) -> Callable[..., float]:
     }
     fn = refs[metric.name]
     return lambda y, yhat: float(fn(np.asarray(y), np.asarray(yhat)))
+
+
+def curve_reference(name: str, **params: float) -> Callable[..., float]:
+    """A function ``(y_true, scores) -> float`` computing the named curve metric ``name`` with
+    scikit-learn (AUROC, average precision, partial AUROC, the best F1 over
+    ``precision_recall_curve``) or torchmetrics (recall at a fixed precision and precision at a
+    fixed recall, in float64): the independent reference on binary labels, as
+    ``tests/test_curve_metric.py`` checks them with ties.
+
+    >>> import numpy as np
+    >>> curve_reference("auroc")(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]))
+    0.75
+    """
+    import numpy as np
+    from sklearn import metrics as skm
+
+    metric = lookup(name)
+    if metric is None or not metric.curve:
+        raise KeyError(name)
+    p = {**metric.params, **params}
+
+    def best_f1(y: np.ndarray, s: np.ndarray) -> float:
+        precision, recall, _ = skm.precision_recall_curve(y, s)
+        with np.errstate(invalid="ignore"):
+            return float(np.nan_to_num(2 * precision * recall / (precision + recall)).max())
+
+    def at_fixed(kind: str) -> Callable[[np.ndarray, np.ndarray], float]:
+        def value(y: np.ndarray, s: np.ndarray) -> float:
+            from torchmetrics.classification import BinaryPrecisionAtFixedRecall, BinaryRecallAtFixedPrecision
+
+            ref = (BinaryRecallAtFixedPrecision(min_precision=float(p["min_precision"]))
+                   if kind == "recall" else BinaryPrecisionAtFixedRecall(min_recall=float(p["min_recall"])))
+            old = torch.get_default_dtype()
+            torch.set_default_dtype(F64)  # torchmetrics otherwise forms its curve in float32
+            try:
+                return float(ref(torch.as_tensor(s, dtype=F64), torch.as_tensor(y))[0])
+            finally:
+                torch.set_default_dtype(old)
+
+        return value
+
+    refs: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
+        "auroc": skm.roc_auc_score,
+        "average_precision": skm.average_precision_score,
+        "partial_auroc": lambda y, s: skm.roc_auc_score(y, s, max_fpr=p["max_fpr"]),
+        "recall_at_precision": at_fixed("recall"),
+        "precision_at_recall": at_fixed("precision"),
+        "best_f1": best_f1,
+    }
+    fn = refs[metric.name]
+    return lambda y, s: float(fn(np.asarray(y), np.asarray(s)))
+
+
+# --- group metrics: fairlearn's values ------------------------------------------------------------
+
+def _frame(metric: Any, y: np.ndarray, d: np.ndarray, g: np.ndarray, w: np.ndarray | None) -> Any:
+    import fairlearn.metrics as fm
+
+    return fm.MetricFrame(metrics=metric, y_true=y, y_pred=d, sensitive_features=g,
+                          sample_params={"sample_weight": w})
+
+
+def _precision0(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+    from sklearn.metrics import precision_score
+
+    return float(precision_score(y_true, y_pred, sample_weight=sample_weight, zero_division=0))
+
+
+def _recall0(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+    from sklearn.metrics import recall_score
+
+    return float(recall_score(y_true, y_pred, sample_weight=sample_weight, zero_division=0))
+
+
+def fairlearn_reference(name: str, y: np.ndarray, d: np.ndarray, g: np.ndarray, w: np.ndarray | None) -> float:
+    """fairlearn's value of the named metricc group metric on 0/1 decisions ``d``, groups ``g``."""
+    import fairlearn.metrics as fm
+    from sklearn.metrics import accuracy_score
+
+    if name == "predictive_parity_difference":
+        return float(_frame(_precision0, y, d, g, w).difference())
+    if name == "worst_group_recall":
+        return float(_frame(_recall0, y, d, g, w).group_min())
+    if name == "worst_group_accuracy":
+        return float(_frame(accuracy_score, y, d, g, w).group_min())
+    return float(getattr(fm, name)(y, d, sensitive_features=g, sample_weight=w))

@@ -398,7 +398,7 @@ def test_verify_checks_the_objective_and_every_constraint_kernel() -> None:
 def test_constraints_refuse_k_by_k_metrics_clearly() -> None:
     with pytest.raises(metricc.MetricSyntaxError, match="K x K formula cannot take"):
         metricc.compile("quadratic_kappa subject to recall >= 0.5")
-    with pytest.raises(metricc.MetricError, match="is a K x K metric"):
+    with pytest.raises(metricc.MetricError, match="a K x K metric"):
         metricc.compile("quadratic_kappa", constraints=["recall >= 0.5"])
     with pytest.raises(metricc.MetricSyntaxError, match="'quadratic_kappa' is a K x K metric"):
         metricc.compile("precision", constraints=["quadratic_kappa >= 0.5"])

@@ -54,11 +54,11 @@ def _steps(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _best(f: torch.Tensor, d: torch.Tensor | None = None) -> torch.Tensor:
-    if d is None:
-        return (torch.softmax(f / TAU, -1) * f).sum(-1)
-    log_gate = torch.nn.functional.logsigmoid(d / TAU_G)
-    p = log_gate.exp() * f + TAU * TAU_G * log_gate  # f where the bound holds, about TAU d where not
-    return (torch.softmax(p / TAU + log_gate, -1) * p).sum(-1)
+    """``tau log(mean_k exp(p_k/tau))``, written as a plain mean of exponentials."""
+    if d is not None:
+        log_gate = torch.nn.functional.logsigmoid(d / TAU_G)
+        f = log_gate.exp() * f + TAU * TAU_G * log_gate  # f where the bound holds, about TAU d where not
+    return TAU * torch.log(torch.exp(f / TAU).mean(-1))
 
 
 def _reference(name: str, TP: torch.Tensor, FP: torch.Tensor, P: torch.Tensor, N: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from script_loader import load_script
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from metricc.errors import MetricError
-from metricc.runtime.curve import CurvePool, CurveRelaxation, curve_pool, soft_curve, sync_curve
+from metricc.runtime.curve import CurvePool, CurveRelaxation, SoftCurve, curve_pool, soft_curve, sync_curve
 
 F64 = torch.float64
 
@@ -337,3 +337,23 @@ def test_benchmark_smoke_run(capsys) -> None:
     rows = 8 + 2 * (bench.AUCMLoss is not None) + (bench.torchsort is not None)
     assert table.count("| 5e+02 ") == rows and table.count("| 2e+03 ") == rows, table
     assert table.count("| 2x3x8x8 ") == 3 + (bench.MultiLabelAUCMLoss is not None), table
+
+
+def test_scores_at_the_top_of_the_grid_and_probabilities_past_it() -> None:
+    """A logit whose sigmoid rounds to 1 sits on the last grid point (u = T - 1, clamped into the
+    last bin with fraction 1): its curve and gradient equal the dense reference. Probabilities
+    outside [0, 1] (unchecked with validate_args=False) count at the grid's ends, as 0 and 1."""
+    relax = CurveRelaxation(bins=9)
+    s = torch.tensor([40.0, 17.0, 0.3, -2.0, -40.0, 1.0], dtype=F64, requires_grad=True)
+    y = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0], dtype=F64)
+    tp, fp, _, _ = soft_curve(s, y, relax=relax, from_logits=True)
+    ref = reference_curve(s, y, None, relax, True)
+    torch.testing.assert_close((tp, fp), ref, rtol=0, atol=1e-12)
+    (g,) = torch.autograd.grad(soft_auroc(tp, fp, tp[0], fp[0]), s)
+    (want,) = torch.autograd.grad(soft_auroc(*ref, ref[0][0], ref[1][0]), s)
+    torch.testing.assert_close(g, want, rtol=1e-9, atol=1e-15)
+    p = torch.tensor([1.5, 1.0, 0.4, -0.2, 0.0, 0.7], dtype=F64)
+    hard = y.bool()  # SoftCurve itself: soft_curve() refuses them, the loss with validate_args=False not
+    clipped = SoftCurve.apply(p.clamp(0, 1), hard, None, relax, False, True)
+    assert all(torch.equal(a, b) for a, b in zip(SoftCurve.apply(p, hard, None, relax, False, True)[:2],
+                                                 clipped[:2], strict=True))

@@ -11,7 +11,7 @@ import metricc
 from metricc.analysis.statistics import STATISTICS, resolve
 from metricc.facade import Metric
 
-EXAMPLES = {"counts": "f1", "matrix": "quadratic_kappa", "curve": "auroc"}
+EXAMPLES = {"counts": "f1", "matrix": "quadratic_kappa", "curve": "auroc", "groups": "equal_opportunity_difference"}
 
 
 def test_each_declaration_names_a_facade_that_declares_it_back() -> None:
@@ -31,6 +31,10 @@ def test_each_declaration_names_a_facade_that_declares_it_back() -> None:
     ("auroc", "verify_subject", ()),
     ("auroc", "decision_objective", ()),
     ("auroc", "constraint_scores", ([0.2, 0.8], [0, 1])),
+    ("equal_opportunity_difference", "parse_constraints", (["recall >= 0.9"],)),
+    ("equal_opportunity_difference", "verify_subject", ()),
+    ("equal_opportunity_difference", "decision_objective", ()),
+    ("equal_opportunity_difference", "feasible", ([0.2, 0.8], [0, 1])),
 ])
 def test_a_method_of_another_statistic_is_refused_with_the_reason(name: str, method: str,
                                                                    args: tuple) -> None:
@@ -51,5 +55,5 @@ def test_the_base_class_still_builds_the_formulas_facade() -> None:
 def test_constraints_and_2x2_scoring_attach_to_the_2x2_facade_only() -> None:
     mro = {n: [c.__name__ for c in type(metricc.compile(e)).__mro__] for n, e in EXAMPLES.items()}
     assert {"CountsScoring", "ConstraintMethods"} <= set(mro["counts"])
-    for other in ("matrix", "curve"):
+    for other in ("matrix", "curve", "groups"):
         assert not {"CountsScoring", "ConstraintMethods"} & set(mro[other])

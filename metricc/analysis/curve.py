@@ -1,7 +1,7 @@
 """Stage 2 for the curve: each reduction's local term, its partials, and the outer gradient.
 
 Every reduction is a sum over thresholds of a *local* term: ``area`` and ``steps`` of
-``g(c_k, c_{k+1})`` over neighbouring points, the smooth ``best`` of a softmax over ``f(c_k)``.
+``g(c_k, c_{k+1})`` over neighbouring points, the smooth ``best`` a log-mean-exp of ``f(c_k)``.
 So ``dR/dTP_k = g_cur(k) + g_next(k-1)`` from two SymPy partials of ``g``, whatever the
 number of thresholds ``T`` (derivatives symbolic in ``T``, as the K x K ones are in ``K``).
 Counts at one threshold are ``TP FP FN TN`` with ``FN = P - TP`` and ``TN = N - FP``: ``P``
@@ -56,15 +56,14 @@ class PairTerm:
 
 @dataclass(frozen=True)
 class PointTerm:
-    """The smooth ``best``: ``R = sum_k w_k f_k`` with ``w = softmax(f/tau)`` where ``d`` is
-    ``None``; with a bound, ``f_k`` gives way to the gated value
-    ``p_k = s_k f_k + tau tau_gate log s_k``, ``s_k = sigmoid(d_k/tau_gate)``:
-    ``R = sum_k w_k p_k``, ``w = softmax(p/tau + log s)``. Where the bound holds ``p_k = f_k``;
-    where it fails ``p_k`` is about ``tau d_k``, a little below 0 (the exact value where no
-    threshold meets the bound), so an unmet bound never reads as a high value.
+    """The smooth ``best``: ``R = tau log(mean_k exp(f_k/tau))`` where ``d`` is ``None``,
+    nondecreasing in every ``f_k`` and within ``[max_k f_k - tau log T, max_k f_k]``; with a
+    bound, ``f_k`` gives way to the gated value ``p_k = s_k f_k + tau tau_gate log s_k``,
+    ``s_k = sigmoid(d_k/tau_gate)``: ``R = tau log(mean_k exp(p_k/tau))``. Where the bound holds
+    ``p_k = f_k``; where it fails ``p_k`` is about ``tau d_k``, a little below 0 (the exact value
+    where no threshold meets the bound), so an unmet bound never reads as a high value.
 
-    ``dR/dp_k = w_k (1 + (p_k - R)/tau)``, ``dR/dlog s_k = w_k (p_k - R)``; ``dp/df = s``,
-    ``dp/dd = (1 - s)(s f/tau_gate + tau)``, ``dlog s/dd = (1 - s)/tau_gate``.
+    ``dR/dp_k = w_k = softmax(p/tau)_k >= 0``; ``dp/df = s``, ``dp/dd = (1 - s)(s f/tau_gate + tau)``.
     """
 
     f: sympy.Expr

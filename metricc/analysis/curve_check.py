@@ -25,9 +25,10 @@ import sympy
 from ..language.curve import TOTALS, CurveReduction, reductions
 from ..language.symbols import COUNTS
 from .counts_check import check as check_counts
-from .domain import Domain, candidates, domain_problem
+from .domain import reductions_domain_problem
 
-__all__ = ["CurveCheckReport", "check", "curve_domain_problem", "local_directions", "sample_curves"]
+__all__ = ["CurveCheckReport", "check", "curve_domain_problem", "local_directions", "sample_curves",
+           "sampled_direction", "sampled_wrong_way"]
 
 #: The moves a batch allows, as the 2x2 reports name them.
 MOVES = ("FN->TP", "TN->FP")
@@ -63,15 +64,8 @@ class CurveCheckReport:
 
     def wrong_way(self) -> dict[str, str]:
         """``{move: why}`` for each feasible move along which the metric goes against training."""
-        out = {}
-        for move, direction in self.moves.items():
-            up = move == "FN->TP"
-            bad = "decreasing" if up == self.higher_is_better else "increasing"
-            if direction == bad:
-                who = "positive" if up else "negative"
-                out[move] = (f"the metric is {bad} as a {who}'s score rises past thresholds "
-                             f"({move}, sampled at {self.samples} curves)")
-        return out
+        return sampled_wrong_way(self.moves, self.higher_is_better,
+                                 "rises past thresholds", f"sampled at {self.samples} curves")
 
     def __str__(self) -> str:
         lines = [f"metric: {self.expr}"]
@@ -98,6 +92,20 @@ class CurveCheckReport:
         return "\n".join(lines)
 
 
+def sampled_wrong_way(moves: dict[str, str], higher_is_better: bool, rises: str, sampled: str
+                      ) -> dict[str, str]:
+    """``{move: why}`` for each of the sampled ``moves`` (``FN->TP``, ``TN->FP``) whose direction
+    goes against training; ``rises`` and ``sampled`` say where a score rises and how it was seen."""
+    out = {}
+    for move, direction in moves.items():
+        up = move == "FN->TP"
+        bad = "decreasing" if up == higher_is_better else "increasing"
+        if direction == bad:
+            who = "positive" if up else "negative"
+            out[move] = f"the metric is {bad} as a {who}'s score {rises} ({move}, {sampled})"
+    return out
+
+
 def sample_curves(samples: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
     """Random monotone curves ``(TP, FP, P, N)`` (float64, ``(R, T)`` and ``(R,)``) for
     ``T = 3 .. 24``: ``TP_0 = P``, ``FP_0 = N``, non-increasing, some ending at 0, some with
@@ -120,7 +128,9 @@ def sample_curves(samples: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
     return out
 
 
-def _direction(values: np.ndarray, scale: float) -> str:
+def sampled_direction(values: np.ndarray, scale: float) -> str:
+    """``increasing``, ``decreasing``, ``constant`` or ``mixed``: the signs of sampled
+    directional derivatives (``scale``: the largest gradient seen, for the tolerance)."""
     tol = 1e-9 * max(scale, 1e-300)
     lo, hi = float(values.min(initial=0.0)), float(values.max(initial=0.0))
     if lo >= -tol and hi <= tol:
@@ -184,8 +194,8 @@ def check(expr: sympy.Expr, kernel: Callable[..., Any], undefined: list[tuple[st
     finite = vals[np.isfinite(vals)]
     return CurveCheckReport(
         expr, tuple(undefined),
-        {m: _direction(np.concatenate(v), scale) for m, v in moves.items()},
-        {f"dV/d{k}_k": _direction(np.concatenate(v), scale) for k, v in grads.items()},
+        {m: sampled_direction(np.concatenate(v), scale) for m, v in moves.items()},
+        {f"dV/d{k}_k": sampled_direction(np.concatenate(v), scale) for k, v in grads.items()},
         samples, witness, (float(finite.min()), float(finite.max())) if finite.size else None,
         higher_is_better, local_directions(expr))
 
@@ -198,17 +208,6 @@ def curve_domain_problem(expr: sympy.Expr,
     the totals, searched at ``samples(nodes)``: rows ``(r_0, ..., P, N)`` that curves reach (the
     exact values on random monotone curves, which the facade computes; called only where the
     outer expression has a piece that needs a nonnegative base)."""
-    nodes = tuple(reductions(expr))
-    for node in nodes:
-        for arg in node.args:
-            if arg.free_symbols & set(COUNTS.values()) and (problem := domain_problem(arg)) is not None:
-                return f"in {node.keyword}(...), {problem}"
-    syms = tuple(sympy.Symbol(f"r{j}") for j in range(len(nodes)))
-    outer = expr.xreplace(dict(zip(nodes, syms, strict=True)))
-    variables = (*syms, *TOTALS.values())
-    if not candidates(outer, variables):
-        return None
-    names = tuple(str(n) if len(str(n)) <= 40 else f"{n.keyword}(...)" for n in nodes)
-    domain = Domain(variables, samples(nodes), (*names, *TOTALS),
-                    {t: sympy.Symbol(t.name, positive=True) for t in TOTALS.values()})
-    return domain_problem(outer, domain, shown=dict(zip(syms, nodes, strict=True)))
+    return reductions_domain_problem(expr, reductions(expr), tuple(TOTALS.values()),
+                                     {t: sympy.Symbol(t.name, positive=True) for t in TOTALS.values()},
+                                     samples)

@@ -33,7 +33,8 @@ from ..language.symbols import COUNTS, TO_POSITIVE
 from .budget import BudgetExceeded, bounded, evaluate, evaluator, float_evaluator
 from .size import tame
 
-__all__ = ["COUNTS_DOMAIN", "Domain", "candidates", "describe", "domain_problem", "negative_at", "sample_points"]
+__all__ = ["COUNTS_DOMAIN", "Domain", "candidates", "describe", "domain_problem", "negative_at",
+           "reductions_domain_problem", "sample_points"]
 
 
 def sample_points(n: int, seed: int = 18, count: int = 120) -> tuple[tuple[float, ...], ...]:
@@ -145,3 +146,26 @@ def _problem(expr: sympy.Expr, domain: Domain, shown: Mapping[sympy.Symbol, symp
             at = ", ".join(f"{k}={v:g}" for k, v in zip(domain.names, point, strict=True))
             return describe(str(base.xreplace(shown) if shown else base), is_log, at)
     return None
+
+
+def reductions_domain_problem(expr: sympy.Expr, nodes: Sequence[Any], totals: Sequence[sympy.Symbol],
+                              assume: Mapping[sympy.Symbol, sympy.Symbol],
+                              samples: Any) -> str | None:
+    """The domain check of a statistic built of reductions (the curve's over thresholds, the
+    groups' over groups): each node's local 2 x 2 arguments over the counts, then the outer
+    expression over the nodes' values (``r_j``) and ``totals``, searched at ``samples(nodes)``:
+    rows ``(r_0, ..., *totals)`` that the statistic reaches (computed only where the outer
+    expression has a piece that needs a nonnegative base)."""
+    counts = set(COUNTS.values())
+    for node in nodes:
+        for arg in node.args:
+            if arg.free_symbols & counts and (problem := domain_problem(arg)) is not None:
+                return f"in {node.keyword}(...), {problem}"
+    syms = tuple(sympy.Symbol(f"r{j}") for j in range(len(nodes)))
+    outer = expr.xreplace(dict(zip(nodes, syms, strict=True)))
+    variables = (*syms, *totals)
+    if not candidates(outer, variables):
+        return None
+    names = tuple(str(n) if len(str(n)) <= 40 else f"{n.keyword}(...)" for n in nodes)
+    domain = Domain(variables, samples(tuple(nodes)), (*names, *(t.name for t in totals)), assume)
+    return domain_problem(outer, domain, shown=dict(zip(syms, nodes, strict=True)))

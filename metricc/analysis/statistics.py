@@ -1,8 +1,8 @@
 """The statistic seam: what a metric is computed from, described once per statistic.
 
 A *statistic* is what the generated kernels take: the 2x2 confusion counts
-(``counts``), the whole K x K matrix (``matrix``) or the 2x2 counts at every threshold of
-the ROC/PR curve (``curve``).
+(``counts``), the whole K x K matrix (``matrix``), the 2x2 counts at every threshold of
+the ROC/PR curve (``curve``) or the 2x2 counts of every group (``groups``).
 :data:`STATISTICS` registers one :class:`Statistic` per statistic; a parsed formula
 names its statistic (``Formula.statistic``) and every stage that differs by
 statistic looks the description up here, or keys its own small registry by
@@ -28,7 +28,7 @@ import sympy
 
 from ..errors import MetricError
 from ..language.symbols import COUNTS, DERIVED
-from . import counts, curve, matrix
+from . import counts, curve, groups, matrix
 
 __all__ = ["STATISTICS", "Statistic", "analysis_errors", "as_rational", "check_counts_expr", "refuse_unreal",
            "resolve", "statistic_of", "training_warning"]
@@ -69,6 +69,9 @@ class Statistic:
     grad_printer: str
     #: and the docstring of its standalone file ``(metric, class name, defaults) -> lines``.
     standalone_doc: str
+    #: Its own torch-only runtime modules, pasted into standalone files after the shared ones
+    #: (each may import the shared runtime and the modules before it).
+    runtime_modules: tuple[str, ...] = ()
 
 
 def _curve_nonnegative(e: sympy.Expr) -> bool:
@@ -82,6 +85,15 @@ def _curve_partials(e: sympy.Expr) -> dict[str, sympy.Expr]:
     (each reduction's own partials are in :func:`metricc.analysis.curve.local_form`)."""
     form = curve.outer_form(e)
     return {f"d/d{node}": d for node, d in zip(form.nodes, form.partials, strict=True)}
+
+
+def _group_partials(e: sympy.Expr) -> dict[str, sympy.Expr]:
+    """The group statistic's local forms: ``dh/dr_j`` per reduction, ``dh/dTP ...`` at the overall
+    counts (each reduction's own partials are in :func:`metricc.analysis.groups.local_term`)."""
+    forms = groups.group_forms((e,))
+    out = {f"d/d{node}": d for node, d in zip(forms.nodes, forms.reduction_partials[0], strict=True)}
+    out.update({f"d/d{c}": d for c, d in zip(COUNTS, forms.count_partials[0], strict=True)})
+    return out
 
 
 STATISTICS: dict[str, Statistic] = {
@@ -104,7 +116,8 @@ STATISTICS: dict[str, Statistic] = {
                         "mx_rows", "mx_matrices"),
         unnamed_loss="CustomMatrixMetricLoss", facade="metricc.matrix_metric.MatrixMetric",
         emitter="metricc.emit.matrix.emit_matrix_kernels", grad_printer="metricc.cli.matrix_grad",
-        standalone_doc="metricc.standalone_file.matrix_doc"),
+        standalone_doc="metricc.standalone_file.matrix_doc",
+        runtime_modules=("metricc.runtime.matrix",)),
     "curve": Statistic(
         name="curve", symbols=("area", "steps", "best", "P", "N", "n"),
         is_nonnegative=_curve_nonnegative, differentiate=_curve_partials,
@@ -114,7 +127,19 @@ STATISTICS: dict[str, Statistic] = {
         loss_class="metricc.runtime.curve_loss.CurveLoss", kernel_helpers=(),
         unnamed_loss="CustomCurveMetricLoss", facade="metricc.curve_metric.CurveMetric",
         emitter="metricc.emit.curve.emit_curve_kernels", grad_printer="metricc.cli.curve_grad",
-        standalone_doc="metricc.standalone_file.curve_doc"),
+        standalone_doc="metricc.standalone_file.curve_doc",
+        runtime_modules=("metricc.runtime.curve", "metricc.runtime.curve_loss")),
+    "groups": Statistic(
+        name="groups", symbols=("gap", "ratio", "worst", "groupmax", "groupmean", "vsrest", *COUNTS),
+        is_nonnegative=_curve_nonnegative, differentiate=_group_partials,
+        guard=lambda e: groups.group_forms((e,)).values[0],
+        kernel_names=("group_value", "group_and_gradient"),
+        kernel_args=("TP", "FP", "FN", "TN", "eps", "tau"),
+        loss_class="metricc.runtime.groups.GroupLoss", kernel_helpers=("grp_reduce",),
+        unnamed_loss="CustomGroupMetricLoss", facade="metricc.groups_metric.GroupMetric",
+        emitter="metricc.emit.groups.emit_group_kernels", grad_printer="metricc.cli.groups_grad",
+        standalone_doc="metricc.standalone_file.groups_doc",
+        runtime_modules=("metricc.runtime.group_counts", "metricc.runtime.groups")),
 }
 
 

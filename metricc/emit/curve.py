@@ -16,9 +16,8 @@ import sympy
 
 from ..analysis.curve import NEXT, TAU, TAU_GATE, OuterForm, PairTerm, PointTerm, local_form, outer_form
 from ..language.curve import TOTALS
-from ..language.limits import check_constants
 from ..language.symbols import COUNTS, EPS
-from .printer import MetricPrinter, check_emittable, shared_subexpressions
+from .printer import assignments
 
 __all__ = ["CURVE_KERNEL_NAMES", "emit_curve_kernels"]
 
@@ -31,25 +30,10 @@ _PAD = "torch.nn.functional.pad"
 
 
 def _assignments(outputs: list[tuple[str, sympy.Expr]], prefix: str, anchor: str) -> list[str]:
-    """``name = expression`` lines after one ``sympy.cse``; ``anchor`` is a tensor of the shape
-    every line has (constants become tensors of that shape)."""
+    """The curve's kernel lines (:func:`metricc.emit.printer.assignments`) over its names."""
     allowed = {*COUNTS, *(s.name for s in _CURRENT.values()), *(s.name for s in NEXT.values()),
-               *TOTALS, EPS.name, TAU.name, TAU_GATE.name, *(n for n, _ in outputs),
-               *(f"r{j}" for j in range(len(outputs) + 64))}
-    check_emittable([e for _, e in outputs], allowed)
-    kept, reduced = shared_subexpressions([e for _, e in outputs], prefix)
-    printer = MetricPrinter()
-    lines = []
-    for sym, e in kept:
-        check_constants(e, "the generated code for the curve formula")
-        lines.append(f"    {sym} = {printer.doprint(e)}")
-    for (name, _), e in zip(outputs, reduced, strict=True):
-        check_constants(e, "the generated code for the curve formula")
-        code = printer.doprint(e)
-        lines.append(f"    {name} = {code}" if e.free_symbols else
-                     f"    {name} = torch.zeros_like({anchor}) + {code}")
-    # MetricPrinter lifts constants with zeros_like(TP): here each domain has its own shape.
-    return [line.replace("torch.zeros_like(TP)", f"torch.zeros_like({anchor})") for line in lines]
+               *TOTALS, EPS.name, TAU.name, TAU_GATE.name, *(f"r{j}" for j in range(len(outputs) + 64))}
+    return assignments(outputs, prefix, anchor, allowed, "the curve formula")
 
 
 def _pairs(terms: list[tuple[int, PairTerm]], gradient: bool) -> list[str]:
@@ -77,16 +61,18 @@ def _points(terms: list[tuple[int, PointTerm]], gradient: bool) -> list[str]:
                 outputs += [(f"d{j}_tp", t.d_tp), (f"d{j}_fp", t.d_fp)]
     lines = _assignments(outputs, "v", "TP")
     for j, t in terms:
-        if t.d is None:
-            lines += [f"    w{j} = torch.softmax(f{j}/tau, -1)", f"    r{j} = torch.sum(w{j}*f{j}, -1)"]
-            continue
-        # the gated value p = k f + tau tau_gate log k, k = sigmoid(d/tau_gate): f where the
-        # bound holds, about tau d (a little below 0, the exact value) where it fails
-        lines += [f"    k{j} = torch.sigmoid(d{j}/tau_gate)",
-                  f"    l{j} = torch.nn.functional.logsigmoid(d{j}/tau_gate)",
-                  f"    p{j} = k{j}*f{j} + tau*tau_gate*l{j}",
-                  f"    w{j} = torch.softmax(p{j}/tau + l{j}, -1)",
-                  f"    r{j} = torch.sum(w{j}*p{j}, -1)"]
+        a = f"f{j}"
+        if t.d is not None:
+            # the gated value p = k f + tau tau_gate log k, k = sigmoid(d/tau_gate): f where the
+            # bound holds, about tau d (a little below 0, the exact value) where it fails
+            lines += [f"    k{j} = torch.sigmoid(d{j}/tau_gate)",
+                      f"    p{j} = k{j}*f{j} + tau*tau_gate*torch.nn.functional.logsigmoid(d{j}/tau_gate)"]
+            a = f"p{j}"
+        # R = tau log(mean_k exp(a_k/tau)): monotone in every a_k, within tau log T below the max
+        lines.append(f"    r{j} = tau*(torch.logsumexp({a}/tau, -1) - "
+                     f"torch.logsumexp(torch.zeros_like({a}), -1))")
+        if gradient:
+            lines.append(f"    w{j} = torch.softmax({a}/tau, -1)")
     return lines
 
 
@@ -100,16 +86,13 @@ def _gradient(locals_: list[PairTerm | PointTerm]) -> list[str]:
             for c in parts:
                 parts[c].append(f"e{j}*({_PAD}(c{j}_{c}, (0, 1)) + {_PAD}(n{j}_{c}, (1, 0)))")
             continue
+        lines.append(f"    q{j} = e{j}*w{j}")  # dR/da_k = w_k = softmax(a/tau)_k
         if t.d is None:
-            lines += [f"    s{j} = f{j} - r{j}[..., None]", f"    q{j} = e{j}*w{j}*(1 + s{j}/tau)"]
             for c in parts:
                 parts[c].append(f"q{j}*f{j}_{c}")
             continue
-        # dR/dp = w (1 + (p - R)/tau), dR/dlog k = w (p - R); dp/df = k,
-        # dp/dd = (1 - k)(k f/tau_gate + tau), dlog k/dd = (1 - k)/tau_gate
-        lines += [f"    s{j} = p{j} - r{j}[..., None]", f"    q{j} = e{j}*w{j}*(1 + s{j}/tau)",
-                  f"    z{j} = (q{j}*(k{j}*f{j}/tau_gate + tau) + e{j}*w{j}*s{j}/tau_gate)"
-                  f"*torch.sigmoid(-d{j}/tau_gate)",
+        # dp/df = k, dp/dd = (1 - k)(k f/tau_gate + tau)
+        lines += [f"    z{j} = q{j}*(k{j}*f{j}/tau_gate + tau)*torch.sigmoid(-d{j}/tau_gate)",
                   f"    q{j} = q{j}*k{j}"]
         for c in parts:
             parts[c].append(f"q{j}*f{j}_{c} + z{j}*d{j}_{c}")
@@ -142,8 +125,8 @@ def emit_curve_kernels(expr: sympy.Expr, matrix_params: tuple[str, ...] = ()) ->
     """Torch source of ``curve_value`` and ``curve_and_gradient`` for a resolved curve formula
     whose parameters have values (``CurveFormula.expr`` with numbers substituted).
 
-    ``tau`` is the temperature of the smooth maximum of ``best()`` (a softmax-weighted mean
-    of ``f_k``), ``tau_gate`` that of its bound's gate ``sigmoid(d_k/tau_gate)``; formulas
+    ``tau`` is the temperature of the smooth maximum of ``best()`` (``tau log mean_k
+    exp(f_k/tau)``), ``tau_gate`` that of its bound's gate ``sigmoid(d_k/tau_gate)``; formulas
     without ``best()`` ignore both. ``matrix_params`` (none for curves) keeps one signature
     for every statistic's kernel writer (``Statistic.emitter``).
 

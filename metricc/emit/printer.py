@@ -12,6 +12,7 @@ from sympy.printing.pytorch import TorchPrinter
 
 from ..errors import MetricError
 from ..language.functions import TORCH_CALLS
+from ..language.limits import check_constants
 from ..language.symbols import COUNTS
 
 
@@ -194,3 +195,27 @@ def _float_literal(expr: sympy.Expr) -> str:
         raise MetricError(f"cannot generate code: the constant {expr!s} overflows a float")
     return repr(value.real)
 
+
+
+def assignments(outputs: list[tuple[str, sympy.Expr]], prefix: str, anchor: str, allowed: set[str],
+                what: str) -> list[str]:
+    """``name = expression`` kernel lines for ``outputs`` after one :func:`shared_subexpressions`.
+
+    Every name an output uses must be in ``allowed`` (or be an earlier output); a constant
+    output becomes a tensor shaped as ``anchor``, and so do the constants the printer lifts
+    with ``zeros_like(TP)`` (kernels over several shapes name their own anchor). ``what``
+    names the formula in the constants' size errors.
+    """
+    check_emittable([e for _, e in outputs], allowed | {n for n, _ in outputs})
+    kept, reduced = shared_subexpressions([e for _, e in outputs], prefix)
+    printer = MetricPrinter()
+    lines = []
+    for sym, e in kept:
+        check_constants(e, f"the generated code for {what}")
+        lines.append(f"    {sym} = {printer.doprint(e)}")
+    for (name, _), e in zip(outputs, reduced, strict=True):
+        check_constants(e, f"the generated code for {what}")
+        code = printer.doprint(e)
+        lines.append(f"    {name} = {code}" if e.free_symbols else
+                     f"    {name} = torch.zeros_like({anchor}) + {code}")
+    return [line.replace("torch.zeros_like(TP)", f"torch.zeros_like({anchor})") for line in lines]

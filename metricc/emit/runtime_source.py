@@ -17,35 +17,29 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..analysis.statistics import STATISTICS
+
 __all__ = ["SOURCES", "WIDTH", "loaded_names", "needed_modules", "prune", "runtime_source",
            "top_level_names", "used_names"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
+#: The runtime every statistic shares, in the order a module may import the ones before it.
+_SHARED = ("metricc.errors", "metricc.runtime.options", "metricc.runtime.sigmoids",
+           "metricc.runtime.relax_base", "metricc.runtime.relax", "metricc.runtime.counts",
+           "metricc.runtime.distributed", "metricc.runtime.hints", "metricc.runtime.modes",
+           "metricc.runtime.averages", "metricc.runtime.weights", "metricc.runtime.loss_base",
+           "metricc.runtime.logit_grad",
+           "metricc.runtime.symbolic", "metricc.runtime.loss", "metricc.runtime.constraint_defaults",
+           "metricc.runtime.constraint_state", "metricc.runtime.constrained")
+#: What wraps any statistic's loss, after them all.
+_TAIL = ("metricc.runtime.warm_start",)
 #: The modules a standalone file is made of, in this order: each may import only
-#: torch, the standard library and the modules before it (those imports are dropped).
+#: torch, the standard library and the modules before it (those imports are dropped). After
+#: the shared runtime, each statistic's own modules, as its declaration lists them
+#: (``Statistic.runtime_modules``, in the order of ``STATISTICS``).
 SOURCES: tuple[tuple[str, Path], ...] = tuple(
-    (name, _PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py")) for name in (
-        "metricc.errors",
-        "metricc.runtime.options",
-        "metricc.runtime.sigmoids",
-        "metricc.runtime.relax_base",
-        "metricc.runtime.relax",
-        "metricc.runtime.counts",
-        "metricc.runtime.distributed",
-        "metricc.runtime.hints",
-        "metricc.runtime.modes",
-        "metricc.runtime.averages",
-        "metricc.runtime.weights",
-        "metricc.runtime.logit_grad",
-        "metricc.runtime.symbolic",
-        "metricc.runtime.loss",
-        "metricc.runtime.constraint_defaults",
-        "metricc.runtime.constraint_state",
-        "metricc.runtime.constrained",
-        "metricc.runtime.matrix",
-        "metricc.runtime.curve",
-        "metricc.runtime.curve_loss",
-    ))
+    (name, _PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py"))
+    for name in (*_SHARED, *(m for s in STATISTICS.values() for m in s.runtime_modules), *_TAIL))
 #: Generated lines are wrapped to this width, so the file passes common line-length rules.
 WIDTH = 88
 

@@ -20,6 +20,7 @@ import sympy
 from ..errors import MetricError
 from ..library import lookup
 from .matrix import PLACEHOLDERS, ColTotal, Delta, Entry, PresentCall, RowTotal, SumOf
+from .reductions import ReductionResolver
 from .symbols import COUNTS, DERIVED
 
 __all__ = [
@@ -180,32 +181,18 @@ def uses_curve(exprs: Iterable[sympy.Expr]) -> bool:
 
 
 _MATRIX_NAMES = {SumOf: "sum", RowTotal: "row", ColTotal: "col", Delta: "delta", PresentCall: "present"}
-_LIBRARY: dict[str, Any] = {}
 _KEYWORDS = {AreaCall: "area", StepsCall: "steps", BestCall: "best"}
 
 
-class _Resolver:
+class _Resolver(ReductionResolver):
     """One curve formula's names: bindings, counts, totals, named metrics and parameters."""
 
-    def __init__(self, pos: Any, parse_metric: Callable[[str], Any]) -> None:
-        self.pos, self.parse_metric, self.fail = pos, parse_metric, pos.fail
-        self.defined: dict[str, sympy.Expr] = {}
-        self.params: set[str] = set()
-        self.defaults: dict[str, Any] = {}
-        self.used: list[str] = []
+    reductions = REDUCTIONS
 
-    def library(self, name: str) -> Any:
-        """A named metric's parsed formula (parsed once), its parameters and defaults noted."""
-        metric = lookup(name)
-        assert metric is not None
-        if metric.name not in _LIBRARY:
-            _LIBRARY[metric.name] = self.parse_metric(metric.formula)
-        if metric.name not in self.used:
-            self.used.append(metric.name)
-        for k, v in metric.params.items():
-            self.defaults.setdefault(k, v)
-        self.params.update(_LIBRARY[metric.name].parameters)
-        return _LIBRARY[metric.name]
+    def reserved(self, name: str) -> str | None:
+        if name in COUNTS or name in TOTALS or name == "n":
+            return f"'{name}' is built in and cannot be redefined in a curve formula; choose another name"
+        return None
 
     def name(self, e: sympy.Symbol, local: bool) -> sympy.Expr:
         n = e.name
@@ -271,23 +258,6 @@ class _Resolver:
         if not e.args:
             return e
         return e.func(*(self.walk(a, local) for a in e.args))
-
-    def bind(self, bindings: list[tuple[Any, sympy.Expr]], functions: Collection[str]) -> None:
-        names = [str(b) for b, _ in bindings]
-        for i, (tok, expr) in enumerate(bindings):
-            n = str(tok)
-            if n in COUNTS or n in TOTALS or n == "n":
-                raise self.pos.error(f"'{n}' is built in and cannot be redefined in a curve formula; "
-                                     "choose another name", tok)
-            if n in functions or n in REDUCTIONS:
-                raise self.pos.error(f"'{n}' is a function and cannot be redefined", tok)
-            if n in self.defined:
-                raise self.pos.error(f"'{n}' is defined twice", tok)
-            for s in expr.atoms(sympy.Symbol):
-                if s.name in names[i:]:
-                    raise self.pos.error(f"'{s.name}' is used before it is defined",
-                                         self.pos.first_use[s.name])
-            self.defined[n] = expr  # substituted where used: local inside a reduction, else outer
 
 
 def resolve_curve(text: str, bindings: list[tuple[Any, sympy.Expr]], body: sympy.Expr,

@@ -20,6 +20,7 @@ import sympy
 from ..errors import MetricError, MetricSyntaxError, UnknownNameError, suggest
 from ..library import lookup, names
 from .curve import CurveFormula, resolve_curve, uses_curve
+from .groups import GroupFormula, resolve_groups, uses_groups
 from .limits import MAX_LENGTH, MAX_TOKENS, check_constants, check_size, substitute, substituted
 from .matrix import MatrixFormula, is_matrix_expr, resolve_matrix
 from .messages import syntax_tree
@@ -84,7 +85,7 @@ def known_names() -> list[str]:
     return [*COUNTS, *DERIVED, *names()]
 
 
-def parse(text: str) -> Formula | MatrixFormula | CurveFormula:
+def parse(text: str) -> Formula | MatrixFormula | CurveFormula | GroupFormula:
     """Parse formula text into a :class:`Formula` (or a :class:`MatrixFormula` when it
     uses the K x K matrix: ``C[i, j]``, ``sum``, ``row``, ``col``).
 
@@ -191,10 +192,11 @@ def _resolve_constraint(raw: RawConstraint, text: str, span: tuple[int, int],
             raise _error_at(text, span, name, f"unknown metric '{name}' in a constraint"
                             f"{suggest(name, known)}; each side is a number, a count, a "
                             "named metric (`metricc list`) or a formula over them")
-        if metric.matrix or metric.curve:
-            kind = "K x K" if metric.matrix else "curve"
-            raise _error_at(text, span, name, f"'{name}' is a {kind} metric; constraints "
-                            "apply to 2 x 2 metrics for now")
+        if metric.matrix or metric.curve or metric.groups:
+            kind = "K x K" if metric.matrix else "curve" if metric.curve else "group"
+            raise _error_at(text, span, name, f"'{name}' is a {kind} metric; these "
+                            "constraints apply to 2 x 2 metrics (a group formula takes group "
+                            "bounds in its own clause: accuracy subject to gap(recall) <= 0.05)")
         inner = _library_formula(metric.name)
         if missing := sorted(set(inner.parameters) - set(inner.defaults)):
             raise _error_at(text, span, name, f"metric '{name}' has parameters "
@@ -224,12 +226,17 @@ def _uses_matrix(exprs: list[sympy.Expr]) -> bool:
         for e in exprs for sym in e.atoms(Name))
 
 
-def _resolve(text: str, parts: list[Any], pos: Position) -> Formula | MatrixFormula | CurveFormula:
+def _resolve(text: str, parts: list[Any], pos: Position
+             ) -> Formula | MatrixFormula | CurveFormula | GroupFormula:
     clause: ConstraintClause | None = None
     if parts and isinstance(parts[-1], ConstraintClause):
         *parts, clause = parts
     *bindings, body = parts
     exprs = [body, *(e for _, e in bindings)]
+    if uses_groups([*exprs, *(x for c in clause or [] for x in (c[0], c[2]))]):
+        spans = _clause_spans(text, len(clause)) if clause else None
+        return resolve_groups(text, bindings, body, clause, pos, FUNCTIONS, parse,
+                              [text[a:b] for a, b in spans] if spans else None)
     curve = uses_curve([*exprs, *(x for c in clause or [] for x in (c[0], c[2]))])
     matrix = not curve and _uses_matrix(exprs)
     if clause and (curve or matrix):

@@ -23,6 +23,7 @@ from ..library import lookup
 from .curve import REDUCTIONS, Comparison, curve_call
 from .functions import FUNCTIONS as TABLE
 from .functions import MATRIX_FUNCTIONS
+from .groups import GROUP_REDUCTIONS, group_call
 from .limits import (
     MAX_ARGS,
     MAX_CALL_NESTING,
@@ -197,6 +198,8 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
         fname = str(tok)
         if fname in REDUCTIONS or any(isinstance(a, Comparison) for a in args):
             return curve_call(self.where, tok, fname, args)  # language/curve.py
+        if fname in GROUP_REDUCTIONS:
+            return group_call(self.where, tok, fname, args)  # language/groups.py
         if fname in MATRIX_FUNCTIONS:
             return self._matrix_call(tok, fname, args)
         if fname not in FUNCTIONS:
@@ -204,8 +207,8 @@ class ToSympy(lark.Transformer):  # type: ignore[type-arg]
             if lookup(fname) or fname in COUNTS or fname in DERIVED:
                 raise self.where.error(f"'{fname}' is {what}; write it without parentheses", tok)
             raise self.where.error(
-                f"unknown function '{fname}'{suggest(fname, [*FUNCTIONS, *REDUCTIONS])}; "
-                f"known functions: {', '.join([*FUNCTIONS, *MATRIX_FUNCTIONS, *REDUCTIONS])}",
+                f"unknown function '{fname}'{suggest(fname, [*FUNCTIONS, *REDUCTIONS, *GROUP_REDUCTIONS])}; "
+                f"known functions: {', '.join([*FUNCTIONS, *MATRIX_FUNCTIONS, *REDUCTIONS, *GROUP_REDUCTIONS])}",
                 tok,
             )
         fn, lo, hi = FUNCTIONS[fname]

@@ -19,6 +19,7 @@
 ``matrix``            ``MatrixLoss``: K x K metrics on the soft confusion matrix
 ``curve``             soft ROC/PR curves on a threshold grid, pooled over ranks and batches
 ``curve_loss``        ``CurveLoss``: threshold-free metrics on the soft curve
+``warm_start``        ``WarmStart``: cross-entropy first, then a blend into any of these losses
 ====================  ==========================================================
 
 Importing this package loads nothing; each name below is loaded from its
@@ -49,6 +50,7 @@ _EXPORTS = {
     "MatrixLoss": "matrix", "soft_matrix": "matrix",
     "CurvePool": "curve", "CurveRelaxation": "curve", "soft_curve": "curve", "sync_curve": "curve",
     "CurveLoss": "curve_loss",
+    "WarmStart": "warm_start",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -112,7 +112,7 @@ def _kernel(cls: type[MetricLoss], counts: tuple[Any, ...], eps: float, coeffici
     return tuple(as_count_rows(x, counts[0]) for x in rows)
 
 
-def _psi(v: Any, lam: Any, rho: float) -> tuple[Any, Any]:
+def psi(v: Any, lam: Any, rho: float) -> tuple[Any, Any]:
     """``(psi(v, lam), d psi / d v)`` of the augmented Lagrangian (see the module docstring),
     on tensors or on Python floats."""
     if rho == 0:
@@ -137,9 +137,9 @@ def _lagrangian(terms: _Terms, counts: tuple[Any, ...], lam: Any, coefficients: 
     for j, spec in enumerate(terms.constraints):
         sense = _sense(spec.op)
         h, *dh = _kernel(spec.kernels, counts, eps, coefficients, host)
-        psi, dpsi = _psi(sense * (spec.bound - h), lam[j] if host else lam[:, j].to(h.dtype),
+        term, dpsi = psi(sense * (spec.bound - h), lam[j] if host else lam[:, j].to(h.dtype),
                          terms.penalty)
-        loss = loss + psi
+        loss = loss + term
         if coefficients:
             # dv/dh = -sense, so d psi/d a = -sense * dpsi * dh/da.
             c1 = c1 - sense * dpsi * dh[0]

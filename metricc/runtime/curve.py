@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -125,6 +125,7 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
         else:
             x, d = s, None
         u = x.to(torch.float64, copy=True).mul_(1.0 / h)
+        u = u if from_logits else u.clamp_(0, relax.bins - 1)  # unchecked probabilities: its ends
     else:
         c = relax.clip
         if from_logits:
@@ -141,8 +142,7 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
 
 
 def _index_dtype(size: int) -> torch.dtype:
-    """int32 bin indices while they fit: half the memory, and int32 arithmetic with a bool
-    stays on torch's vectorised paths (int64 += bool is 20x slower)."""
+    """int32 bin indices while they fit: half the memory, and int32 += bool stays vectorised (int64: 20x slower)."""
     return torch.int32 if size < 1 << 31 else torch.int64
 
 
@@ -157,9 +157,12 @@ def _row_offset(idx: Tensor, pos: Tensor, rows: int, bins: int) -> Tensor:
 
 
 def _scatter(size: int, index: Tensor, values: Tensor | None) -> Tensor:
-    """``bincount`` into float64 (a count when ``values`` is None; ``values`` float64)."""
+    """``bincount`` into float64 (a count when ``values`` is None); weighted, ``bincount`` on the CPU
+    in eager mode (twice ``index_add_``'s speed, the same sums in the same order), else ``index_add_``."""
     if values is None:
         return torch.bincount(index, minlength=size).to(torch.float64)
+    if index.device.type == "cpu" and not torch.compiler.is_compiling():
+        return torch.bincount(index, weights=values, minlength=size).to(torch.float64)  # empty: int64
     return torch.zeros(size, dtype=torch.float64, device=index.device).index_add_(0, index, values)
 
 
@@ -170,12 +173,14 @@ def _histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int
     size = 2 * rows * bins
     dtype = _index_dtype(size)
     if width == 1:
-        # linear interpolation: 1 - f to bin k, f to bin k + 1, with k <= T - 2. u >= 0, so
-        # the cast truncates to floor(u) without a float64 floor tensor. A NaN position casts
-        # to an arbitrary integer: clamped to a valid bin, its NaN f then marks the histogram
-        # (checked by the caller).
-        k = u.to(dtype).clamp_(0, bins - 2)
-        f = u.sub_(k)  # u is not needed after this (width 1)
+        # linear interpolation: 1 - f to bin k, f to bin k + 1, k <= T - 2. u >= 0: the cast is the
+        # floor. f = u - k in place (u - k would cast k to a float64 copy): frac(u), 1 at the top
+        # point u = T - 1 (masked eagerly only if a score is there). A NaN position casts to any
+        # integer: clamped to a valid bin, its NaN f then marks the histogram (the caller checks).
+        k = u.to(dtype)
+        top = u >= bins - 1 if torch.compiler.is_compiling() or not k.numel() or int(k.max()) >= bins - 1 else None
+        f = u.frac_() if top is None else u.frac_().masked_fill_(top, 1.0)  # u is spent (width 1)
+        k.clamp_(0, bins - 2)
         idx = _row_offset(k, pos, rows, bins).reshape(-1)
         frac = _scatter(size, idx, f.reshape(-1) if mass is None else f.mul_(mass).reshape(-1))
         hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
@@ -220,8 +225,7 @@ class SoftCurve(torch.autograd.Function):
         s = s.to(work)
         rows, bins, width = (s.shape[1] if s.dim() >= 2 else 1), relax.bins, int(relax.width)
         u, d, scale = _positions(s, relax, from_logits)
-        w = None if w is None else w.to(work)
-        w64 = None if w is None else w.to(torch.float64)
+        w, w64 = (None, None) if w is None else (w.to(work), w.to(work).to(torch.float64))
         if hard:
             hist, idx = _histogram(u, y if y.dtype == torch.bool else y != 0, w64, rows, bins, width)
         else:  # soft labels: each element once as a negative of mass (1 - y) w, once as a positive
@@ -229,8 +233,7 @@ class SoftCurve(torch.autograd.Function):
             mass = torch.cat((1 - y64, y64) if w64 is None else ((1 - y64) * w64, y64 * w64))
             pos = torch.cat((torch.zeros_like(y, dtype=torch.bool), torch.ones_like(y, dtype=torch.bool)))
             hist, idx = _histogram(torch.cat((u, u)), pos, mass, rows, bins, width)
-        # a data-dependent check: skipped while torch.compile traces (inputs are validated there)
-        if not torch.compiler.is_compiling() and not bool(torch.isfinite(hist).all()):
+        if not torch.compiler.is_compiling() and not bool(torch.isfinite(hist).all()):  # data: not traced
             raise MetricError("scores hold NaN (or, as probabilities, infinite) values; the curve cannot "
                               "be formed (check the model's outputs)")
         curve = _reverse_cumsum(hist.view(2, rows, bins))
@@ -251,9 +254,8 @@ class SoftCurve(torch.autograd.Function):
         shape = ctx.shape
         n = shape[0]
         if width == 1:
-            # d hist[k] / du = -1, d hist[k+1] / du = +1, and dL/dhist = cumsum(g) per row:
-            # their difference is g at k + 1, read from g shifted by one.
-            # (the grid spacing's 1/h is folded into the T-sized table)
+            # d hist[k] / du = -1, d hist[k+1] / du = +1, and dL/dhist = cumsum(g) per row: their
+            # difference is g at k + 1, read from g shifted by one (1/h folded into the T-sized table)
             shifted = torch.cat((g[1:], g.new_zeros(1))).mul_(scale).to(work)
             grad = shifted.index_select(0, idx).view(-1, *shape[1:])
         else:
@@ -394,5 +396,4 @@ class CurvePool(CountPool):
 def curve_pool(sync_dist: bool = False, process_group: Any = None, memory_decay: float | None = None
                ) -> CurvePool | None:
     """A checked :class:`CurvePool`, or ``None`` when neither option is asked for."""
-    pool = count_pool(sync_dist, process_group, memory_decay, "global")
-    return None if pool is None else CurvePool(pool.sync_dist, pool.process_group, pool.memory_decay)
+    return cast("CurvePool | None", count_pool(sync_dist, process_group, memory_decay, "global", CurvePool))

@@ -13,16 +13,16 @@ backward. No autograd runs through the kernel.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..errors import MetricError
 from .counts import wide_dtype
-from .curve import CurvePool, CurveRelaxation, SoftCurve, curve_pool
-from .modes import validate_inputs
-from .options import check_flag, check_number, look_up_option
+from .curve import CurvePool, CurveRelaxation, SoftCurve
+from .loss_base import StatisticLoss
+from .options import check_number, look_up_option
 from .weights import validate_weight
 
 #: The relaxations of a curve loss (one today: the soft histogram of :class:`CurveRelaxation`).
@@ -33,7 +33,7 @@ CURVE_AVERAGES = ("macro", "weighted")
 
 
 class SmoothMax:
-    """The temperatures of the smooth ``best()``: ``tau`` for the softmax-weighted mean over
+    """The temperatures of the smooth ``best()``: ``tau`` for the log-mean-exp over
     thresholds, ``tau_gate`` for the gate of a bound (``docs/curve.md``; defaults 0.01 and
     0.001, the analysis's ``DEFAULT_TAU``, ``DEFAULT_TAU_GATE``). Immutable.
 
@@ -93,7 +93,7 @@ def _curve_function(cls: type[CurveLoss]) -> Any:
     return SymbolicCurveMetric
 
 
-class CurveLoss(torch.nn.Module):
+class CurveLoss(StatisticLoss):
     """``1 - metric`` (or the metric, lower is better) of a curve formula on the soft curve.
 
     ``forward(input, target, weight=None)``. ``mode="binary"``: ``input`` and ``target`` of one
@@ -110,10 +110,8 @@ class CurveLoss(torch.nn.Module):
     ``inference_mode``; ``docs/distributed.md``).
     """
 
-    formula: ClassVar[str] = ""
-    source: ClassVar[str] = ""
-    higher_is_better: ClassVar[bool] = True
-    _function: ClassVar[Any] = None
+    pool_class = CurvePool
+    pool: CurvePool | None
 
     @staticmethod
     def curve_value(TP: Tensor, FP: Tensor, P: Tensor, N: Tensor, eps: float, tau: float,
@@ -151,7 +149,9 @@ class CurveLoss(torch.nn.Module):
         memory_decay: float | None = None,
         validate_args: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(from_logits=from_logits, reduction=reduction, eps=eps,
+                         validate_args=validate_args, sync_dist=sync_dist,
+                         process_group=process_group, memory_decay=memory_decay)
         if isinstance(relaxation, CurveRelaxation):
             if (bins, width, space, clip) != (256, 1.0, "probability", 8.0):
                 raise MetricError("give the grid either as a CurveRelaxation or as bins/width/space/"
@@ -163,23 +163,14 @@ class CurveLoss(torch.nn.Module):
             self.relax = CurveRelaxation(bins=bins, width=width, space=space, clip=clip)
         self.relaxation = relaxation
         self.smooth_max = SmoothMax(tau, tau_gate)
-        self.from_logits = check_flag("from_logits", from_logits)
         self.mode = look_up_option("mode", mode, CURVE_MODES)
         self.average = look_up_option("average", average, CURVE_AVERAGES)
-        self.reduction = look_up_option("reduction", reduction)
-        self.eps = check_number("eps", eps)
-        self.validate_args = check_flag("validate_args", validate_args)
-        self.pool: CurvePool | None = curve_pool(sync_dist, process_group, memory_decay)
 
-    def extra_repr(self) -> str:
-        return (f"{self.relax!r}, {self.smooth_max!r}, from_logits={self.from_logits}, "
-                f"mode={self.mode!r}, average={self.average!r}, reduction={self.reduction!r}, "
-                f"eps={self.eps}")
-
-    def reset_memory(self) -> None:
-        """Forget the curves of past batches (``memory_decay``); a no-op without memory."""
-        if self.pool is not None:
-            self.pool.reset()
+    def repr_options(self) -> list[str]:
+        """The grid, the smooth maximum, the mode and how the curves combine
+        (:meth:`StatisticLoss.extra_repr` adds memory, sync and eps)."""
+        return [repr(self.relax), repr(self.smooth_max), f"from_logits={self.from_logits}",
+                f"mode={self.mode!r}", f"average={self.average!r}", f"reduction={self.reduction!r}"]
 
     def _columns(self, input: Tensor, target: Tensor, weight: Tensor | None
                  ) -> tuple[Tensor, Tensor, Tensor | None, bool]:
@@ -205,7 +196,10 @@ class CurveLoss(torch.nn.Module):
         w = None if w is None else w.unsqueeze(1).expand_as(input)
         return s, y, w, False
 
-    def _check_target(self, input: Tensor, target: Tensor) -> None:
+    def check_inputs(self, input: Tensor, target: Tensor, validate_args: bool) -> None:
+        """The shared checks and hints of every loss, then the curve's own rule: multiclass
+        targets are class indices."""
+        super().check_inputs(input, target, validate_args)
         if self.mode != "multiclass":
             return
         index_shape = input.shape[:1] + input.shape[2:]
@@ -218,10 +212,7 @@ class CurveLoss(torch.nn.Module):
     def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
         """The loss; ``weight`` per element (broadcastable to ``target``)."""
         target = target.detach() if isinstance(target, Tensor) else target
-        sync = self.pool is not None and self.pool.sync_dist
-        validate_inputs(input, target, self.mode, self.from_logits, None, self.validate_args,
-                        allow_empty=sync)
-        self._check_target(input, target)
+        self.check_inputs(input, target, self.validate_args)
         s, y, w, logits = self._columns(input, target, weight)
         work = wide_dtype(input.dtype)
         # 0/1 labels take the cheaper hard path; deciding needs the data, so a traced graph

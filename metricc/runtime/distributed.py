@@ -269,8 +269,9 @@ class CountPool(torch.nn.Module):
 
 
 def count_pool(sync_dist: bool, process_group: Any, memory_decay: float | None,
-               multidim_average: str) -> CountPool | None:
-    """Validate the distributed/memory options; ``None`` when neither is asked for."""
+               multidim_average: str, pool_class: type[CountPool] = CountPool) -> CountPool | None:
+    """Validate the distributed/memory options; ``None`` when neither is asked for, else a
+    ``pool_class`` (:class:`CountPool` or a subclass, such as the curve's)."""
     err = MetricError
     if not isinstance(sync_dist, bool):
         raise err(f"sync_dist must be True or False, got {sync_dist!r}")
@@ -288,4 +289,4 @@ def count_pool(sync_dist: bool, process_group: Any, memory_decay: float | None,
                   "ranks and batches; with multidim_average='samplewise' every sample has its "
                   "own, so use multidim_average='global'")
     decay = None if memory_decay is None else float(memory_decay)
-    return CountPool(sync_dist, process_group, decay)
+    return pool_class(sync_dist, process_group, decay)

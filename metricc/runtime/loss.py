@@ -17,18 +17,19 @@ from torch import Tensor
 from ..errors import MetricError
 from .averages import average_rows, predicted, reduce_samples
 from .counts import HALF_MAX, as_count_rows, indices_in_range, soft_counts, wide_dtype
-from .distributed import count_pool, updates_state
+from .distributed import updates_state
 from .hints import overflow_message
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
+from .loss_base import StatisticLoss
 from .modes import check_rows, class_rows, validate_inputs
-from .options import check_class_options, check_flag, check_number, look_up_option
-from .relax import OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
+from .options import check_class_options, check_flag, look_up_option
+from .relax import OPTION_DEFAULTS, OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
 from .symbolic import fits, host_twin, symbolic_function
 from .weights import validate_weight, weight_rows
 
 
-class MetricLoss(torch.nn.Module):
+class MetricLoss(StatisticLoss):
     """``1 - metric`` (or ``metric`` where lower is better) on a relaxed confusion matrix.
 
     ``forward(input, target)``: ``input`` holds probabilities (or logits with
@@ -64,14 +65,9 @@ class MetricLoss(torch.nn.Module):
     (``docs/distributed.md``).
     """
 
-    formula: ClassVar[str] = ""
-    #: The generated source of the two kernels, for reading.
-    source: ClassVar[str] = ""
-    higher_is_better: ClassVar[bool] = True
     #: Non-empty for metrics that use TN: why multiclass micro-averaging is refused
     #: (``docs/modes.md``); the message names the K x K metric to use instead.
     micro_refusal: ClassVar[str] = ""
-    _function: ClassVar[Any] = None
     #: The kernels' twins on Python floats (``symbolic.host_twin``), or None.
     _host_value: ClassVar[Any] = None
     _host_coefficients: ClassVar[Any] = None
@@ -101,11 +97,11 @@ class MetricLoss(torch.nn.Module):
         self,
         relaxation: str | None = None,
         *,
-        amplifier: float = 73.0,
-        slope: float = 1.0,
-        offset: float = 0.0,
-        temperature: float = 1.0,
-        alpha: float = 1.0,
+        amplifier: float = OPTION_DEFAULTS["amplifier"],
+        slope: float = OPTION_DEFAULTS["slope"],
+        offset: float = OPTION_DEFAULTS["offset"],
+        temperature: float = OPTION_DEFAULTS["temperature"],
+        alpha: float = OPTION_DEFAULTS["alpha"],
         from_logits: bool = False,
         backward: str = "symbolic",
         multidim_average: str = "global",
@@ -122,30 +118,22 @@ class MetricLoss(torch.nn.Module):
         validate_args: bool = True,
         soft_label: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(from_logits=from_logits, reduction=reduction, eps=eps,
+                         validate_args=validate_args, sync_dist=sync_dist,
+                         process_group=process_group, memory_decay=memory_decay,
+                         multidim_average=multidim_average, backward=backward)
         self.soft_label = check_flag("soft_label", soft_label)
         if relaxation is None:  # the default: the relaxed argmax for classes, else AnyLoss
             relaxation = "softmax" if mode == "multiclass" else "anyloss"
         look_up_option("relaxation", relaxation)
-        for name, value in (("backward", backward), ("multidim_average", multidim_average),
-                            ("reduction", reduction)):
-            look_up_option(name, value)
-        from_logits = check_flag("from_logits", from_logits)
         # Every relaxation option is checked by the relaxation declaring it; the chosen
         # relaxation holds its own (self.relax), the others stay attributes for the repr.
         options = check_relaxation_options({"amplifier": amplifier, "slope": slope,
                                             "offset": offset, "temperature": temperature,
                                             "alpha": alpha})
-        self.relax = bound_relaxation(relaxation, from_logits, options)
+        self.relax = bound_relaxation(relaxation, self.from_logits, options)
         self.amplifier, self.slope, self.offset, self.temperature, self.alpha = options.values()
-        self.eps = check_number("eps", eps)
         self.relaxation = relaxation
-        self.from_logits = from_logits
-        self.backward_mode = backward
-        self.multidim_average = multidim_average
-        self.reduction = reduction
-        self.validate_args = check_flag("validate_args", validate_args)
-        self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average)
         self.mode = mode
         self.average = average
         self.ignore_index, self.classes, self.class_weights = check_class_options(
@@ -167,8 +155,9 @@ class MetricLoss(torch.nn.Module):
             self.relax = bound_relaxation(self.relaxation, self.from_logits, own)
             self.count_relax = RELAXATIONS["linear"] if self.relax.class_wise else self.relax
 
-    def extra_repr(self) -> str:
-        """The options in use: the relaxation's own, and the class and memory options that are set."""
+    def repr_options(self) -> list[str]:
+        """The relaxation and its own options, the mode and the class options that are set
+        (:meth:`StatisticLoss.extra_repr` adds memory, sync, eps and the backward)."""
         parts = [f"relaxation={self.relaxation!r}"]
         parts += [f"{k}={getattr(self.relax, k)!r}" for k in self.relax.options]
         parts += [f"from_logits={self.from_logits}", f"mode={self.mode!r}"]
@@ -180,30 +169,7 @@ class MetricLoss(torch.nn.Module):
         for name in ("ignore_index", "classes", "class_weights"):
             if getattr(self, name) is not None:
                 parts.append(f"{name}={getattr(self, name)!r}")
-        if self.pool is not None:
-            if self.pool.memory_decay is not None:
-                parts.append(f"memory_decay={self.pool.memory_decay!r}")
-            if self.pool.sync_dist:
-                parts.append("sync_dist=True")
-        parts += [f"eps={self.eps!r}", f"backward={self.backward_mode!r}"]
-        if not self.validate_args:
-            parts.append("validate_args=False")
-        if not type(self).formula.isidentifier():  # a formula, not a metric's name
-            parts.insert(0, f"formula={type(self).formula!r}")
-        return ", ".join(parts)
-
-    def validate(self, input: Tensor, target: Tensor) -> None:
-        """Run every input check now, ``validate_args`` or not, and return ``None``.
-
-        The data checks are skipped while ``torch.compile`` traces the loss; call
-        this once eagerly on a real batch to check what a compiled loss will see.
-        """
-        validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index, True)
-
-    def reset_memory(self) -> None:
-        """Forget the counts of past batches (``memory_decay``); a no-op without memory."""
-        if self.pool is not None:
-            self.pool.reset()
+        return parts
 
     def row_losses(self, s: Tensor, y: Tensor, w: Tensor | None = None, *,
                    from_logits: bool | None = None) -> Tensor:
@@ -265,8 +231,8 @@ class MetricLoss(torch.nn.Module):
         # Targets are labels: no gradient flows into them, whichever the backward (the
         # symbolic backward never gave one; autograd would have).
         target = target.detach() if isinstance(target, Tensor) else target
-        # Under sync_dist an empty shard must still join the all-reduce (the other ranks
-        # wait for it): it adds zero counts and gets a zero gradient.
+        # StatisticLoss.check_inputs written out (a call less). Under sync_dist an empty shard
+        # must still join the all-reduce (the other ranks wait): zero counts, zero gradient.
         validate_inputs(input, target, self.mode, self.from_logits, self.ignore_index,
                         self.validate_args,
                         allow_empty=self.pool is not None and self.pool.sync_dist)

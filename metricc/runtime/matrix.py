@@ -22,9 +22,9 @@ from torch import Tensor
 from ..errors import MetricError
 from .averages import reduce_samples
 from .counts import to_input_dtype, wide_dtype
-from .distributed import CountPool, count_pool, updates_state
-from .modes import validate_inputs
-from .options import check_flag, check_integer, check_number, look_up_option
+from .distributed import CountPool, updates_state
+from .loss_base import StatisticLoss
+from .options import check_integer, look_up_option
 from .relax import Relaxation, Softmax, bound_relaxation, check_relaxation_options
 from .weights import validate_weight
 
@@ -184,7 +184,7 @@ def _matrix_function(cls: type[MatrixLoss]) -> Any:
     return SymbolicMatrixMetric
 
 
-class MatrixLoss(torch.nn.Module):
+class MatrixLoss(StatisticLoss):
     """``1 - metric`` (or ``metric`` where lower is better) on the soft K x K matrix.
 
     ``forward(input, target, weight=None)``: ``input`` ``(N, K, *)`` class
@@ -207,13 +207,11 @@ class MatrixLoss(torch.nn.Module):
     sample is empty); with ``sync_dist`` or ``memory_decay`` the pooled matrix decides.
     """
 
-    formula: ClassVar[str] = ""
-    source: ClassVar[str] = ""
-    higher_is_better: ClassVar[bool] = True
+    #: The shared input checks read K x K inputs as multiclass ones (not an option here).
+    mode = "multiclass"
     #: Names of the K x K parameters the kernels take after ``eps``, and their values.
     matrix_parameters: ClassVar[tuple[str, ...]] = ()
     matrix_values: ClassVar[tuple[tuple[tuple[float, ...], ...], ...]] = ()
-    _function: ClassVar[Any] = None
 
     @staticmethod
     def matrix_value(C: Tensor, eps: float, *params: Tensor) -> Tensor:
@@ -243,48 +241,39 @@ class MatrixLoss(torch.nn.Module):
         ignore_index: int | None = None,
         validate_args: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(from_logits=from_logits, reduction=reduction, eps=eps,
+                         validate_args=validate_args, sync_dist=sync_dist,
+                         process_group=process_group, memory_decay=memory_decay,
+                         multidim_average=multidim_average, backward=backward)
         look_up_option("relaxation", relaxation, MATRIX_RELAXATIONS)
-        for name, value in (("backward", backward), ("multidim_average", multidim_average),
-                            ("reduction", reduction)):
-            look_up_option(name, value)
-        self.from_logits = check_flag("from_logits", from_logits)
         # The 2x2 losses' relaxation objects and checks: one softmax, one temperature rule.
         self.temperature = check_relaxation_options({"temperature": temperature})["temperature"]
         self.relax = bound_relaxation(relaxation, self.from_logits,
                                       {"temperature": self.temperature})
         self.relaxation = relaxation
-        self.backward_mode = backward
-        self.multidim_average = multidim_average
-        self.reduction = reduction
-        self.eps = check_number("eps", eps)
         self.ignore_index = None if ignore_index is None else check_integer("ignore_index",
                                                                             ignore_index)
-        self.validate_args = check_flag("validate_args", validate_args)
-        self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average)
         for name, values in zip(self.matrix_parameters, self.matrix_values, strict=True):
             self.register_buffer(f"param_{name}", torch.tensor(values, dtype=torch.float64),
                                  persistent=False)
 
-    def extra_repr(self) -> str:
-        return (f"relaxation={self.relaxation!r}, temperature={self.temperature}, "
-                f"from_logits={self.from_logits}, backward={self.backward_mode!r}, "
-                f"multidim_average={self.multidim_average!r}, reduction={self.reduction!r}, "
-                f"ignore_index={self.ignore_index}, eps={self.eps}")
-
-    def reset_memory(self) -> None:
-        """Forget the matrices of past batches (``memory_decay``); a no-op without memory."""
-        if self.pool is not None:
-            self.pool.reset()
+    def repr_options(self) -> list[str]:
+        """The relaxation, its temperature, how samples and elements combine
+        (:meth:`StatisticLoss.extra_repr` adds memory, sync, eps and the backward)."""
+        parts = [f"relaxation={self.relaxation!r}", f"temperature={self.temperature!r}",
+                 f"from_logits={self.from_logits}", f"multidim_average={self.multidim_average!r}"]
+        if self.multidim_average == "samplewise":
+            parts.append(f"reduction={self.reduction!r}")
+        if self.ignore_index is not None:
+            parts.append(f"ignore_index={self.ignore_index!r}")
+        return parts
 
     def _params(self) -> list[Tensor]:
         return [getattr(self, f"param_{n}") for n in self.matrix_parameters]
 
-    def _validate(self, input: Tensor, target: Tensor, weight: Tensor | None
-                  ) -> Tensor | None:
+    def check_inputs(self, input: Tensor, target: Tensor, validate_args: bool) -> None:
         """The K x K shape rules (class indices only, K >= 2, the parameters' size), then
-        the shared multiclass checks and hints of every loss; the weight map as a tensor
-        of the target's shape, or ``None``."""
+        the shared multiclass checks and hints of every loss."""
         err = MetricError
         if not isinstance(input, Tensor) or not isinstance(target, Tensor):
             raise err(f"input and target must be tensors, got {type(input).__name__} and "
@@ -304,9 +293,10 @@ class MatrixLoss(torch.nn.Module):
             if p.shape[-1] != k:
                 raise err(f"the parameter {name} is {p.shape[0]} x {p.shape[1]} but the input "
                           f"has {k} classes")
-        validate_inputs(input, target, "multiclass", self.from_logits, self.ignore_index,
-                        self.validate_args,
-                        allow_empty=self.pool is not None and self.pool.sync_dist)
+        super().check_inputs(input, target, validate_args)
+
+    def _weight_map(self, weight: Tensor | None, target: Tensor) -> Tensor | None:
+        """The weight map as a tensor of the target's shape (``(N,)`` per sample), or ``None``."""
         if weight is None:
             return None
         if isinstance(weight, Tensor) and weight.dim() == 1 and target.dim() > 1 \
@@ -317,7 +307,8 @@ class MatrixLoss(torch.nn.Module):
     def forward(self, input: Tensor, target: Tensor, weight: Tensor | None = None) -> Tensor:
         """The loss; ``weight`` ``(N,)`` per sample or broadcastable to ``target``."""
         target = target.detach() if isinstance(target, Tensor) else target
-        weight = self._validate(input, target, weight)
+        self.check_inputs(input, target, self.validate_args)
+        weight = self._weight_map(weight, target)
         n, k = input.shape[:2]
         m = math.prod(input.shape[2:])  # not -1: an empty shard (n = 0) has no inferable size
         work = wide_dtype(input.dtype)

@@ -298,6 +298,9 @@ if tuple(RELAXATIONS) != RELAXATION_NAMES:  # pragma: no cover - a developer's s
                        "registered in metricc.runtime.relax.RELAXATIONS, in order")
 #: Each option name -> the relaxation declaring it (names are unique across relaxations).
 OPTION_OWNERS: dict[str, Relaxation] = {o: r for r in RELAXATIONS.values() for o in r.options}
+#: Each relaxation option's default, read from the :class:`Option` that declares it: the one
+#: place a default lives (the losses' signatures and :func:`relax` read it from here).
+OPTION_DEFAULTS: dict[str, float] = {o: getattr(r, o) for o, r in OPTION_OWNERS.items()}
 
 
 def check_relaxation_options(values: Mapping[str, Any]) -> dict[str, float]:
@@ -348,9 +351,9 @@ def bound_relaxation(name: str, from_logits: bool, options: Mapping[str, Any]) -
     return r
 
 
-def relax(s: Tensor, relaxation: str, amplifier: float = 73.0, slope: float = 1.0,
-          offset: float = 0.0, from_logits: bool = False, sigmoid: Any = torch.sigmoid,
-          **options: float) -> Tensor:
+def relax(s: Tensor, relaxation: str, amplifier: float = OPTION_DEFAULTS["amplifier"],
+          slope: float = OPTION_DEFAULTS["slope"], offset: float = OPTION_DEFAULTS["offset"],
+          from_logits: bool = False, sigmoid: Any = torch.sigmoid, **options: float) -> Tensor:
     """The relaxed 0/1 prediction ``a = A(s)`` for scores ``s`` (see :class:`Relaxation`).
 
     A functional shortcut for ``RELAXATIONS[relaxation].bind(...).value(s, from_logits)``:
@@ -363,8 +366,9 @@ def relax(s: Tensor, relaxation: str, amplifier: float = 73.0, slope: float = 1.
     return bound_relaxation(relaxation, from_logits, opts).value(s, from_logits, sigmoid)
 
 
-def relax_grad(s: Tensor, relaxation: str, amplifier: float = 73.0, slope: float = 1.0,
-               offset: float = 0.0, from_logits: bool = False, **options: float) -> Tensor:
+def relax_grad(s: Tensor, relaxation: str, amplifier: float = OPTION_DEFAULTS["amplifier"],
+               slope: float = OPTION_DEFAULTS["slope"], offset: float = OPTION_DEFAULTS["offset"],
+               from_logits: bool = False, **options: float) -> Tensor:
     """``dA/ds`` of :func:`relax`: the plain reference form, which ``verify`` checks
     symbolically; the loss's backward runs the faster, numerically equal
     :meth:`Relaxation.pair` (tests compare the two)."""

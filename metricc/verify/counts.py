@@ -24,6 +24,7 @@ from ..analysis.size import derivative, rename
 from ..errors import MetricError
 from ..language.parse import parse
 from ..language.symbols import COUNTS, EPS, FROM_NONNEGATIVE, TO_NONNEGATIVE
+from ..runtime.relax import OPTION_DEFAULTS
 from .numeric import against_reference, reference_lambdify
 from .proofs import RELATIVE, ROUNDED_RELATIVE, as_printed, run_symbolically, symbolic_equal, undecided_torch
 from .relaxations import class_checks, relaxation_cases, relaxation_checks
@@ -269,7 +270,7 @@ def _class_numeric_checks(metric: CountsSubject, report: VerificationReport, see
 
 
 def verify_counts(metric: CountsSubject, derivatives: Mapping[str, str] | None = None, *,
-                  seed: int = 0, size: int = 24, amplifier: float = 73.0, numeric: bool = True,
+                  seed: int = 0, size: int = 24, amplifier: float = OPTION_DEFAULTS["amplifier"], numeric: bool = True,
                   raise_on_failure: bool = True) -> VerificationReport:
     """Run every check on a 2x2 metric given as data; see :meth:`metricc.Metric.verify`."""
     report = VerificationReport()

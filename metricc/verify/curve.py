@@ -36,7 +36,7 @@ __all__ = ["CURVE_ARRAY_CALLS", "curve_torch", "expanded", "prove_gradient", "ru
 
 #: What a curve kernel calls on ``torch`` besides the function table's elementwise calls:
 #: reductions over the threshold axis and zero padding (see :func:`curve_torch`).
-CURVE_ARRAY_CALLS = ("sum", "softmax", "nn")
+CURVE_ARRAY_CALLS = ("sum", "softmax", "logsumexp", "nn")
 
 
 def curve_torch() -> SimpleNamespace:
@@ -49,12 +49,16 @@ def curve_torch() -> SimpleNamespace:
         e = table.exp(a)
         return e / e.sum(axis=dim, keepdims=True)  # type: ignore[no-any-return]
 
+    def logsumexp(a: np.ndarray, dim: int) -> np.ndarray:
+        return table.log(table.exp(a).sum(axis=dim))  # type: ignore[no-any-return]
+
     def pad(x: np.ndarray, widths: tuple[int, int]) -> np.ndarray:
         zeros = [np.full((*x.shape[:-1], w), sympy.S.Zero, dtype=object) for w in widths]
         return np.concatenate([zeros[0], x, zeros[1]], axis=-1)
 
     functional = SimpleNamespace(pad=pad, logsigmoid=lambda z: table.log(table.sigmoid(z)))
     return SimpleNamespace(**vars(table), sum=lambda x, dim: np.sum(x, axis=dim), softmax=softmax,
+                           logsumexp=logsumexp,
                            nn=SimpleNamespace(functional=functional))
 
 
@@ -72,8 +76,8 @@ def _reduction_value(node: CurveReduction, T: int, at: Callable[[sympy.Expr, int
                 for k in range(T)]
         if isinstance(node, BestWhere):  # f gated by the bound, tau * (its violation) where it fails
             f = [gate[k] * f[k] + tau * tau_g * sympy.log(gate[k]) for k in range(T)]
-        w = [gate[k] * sympy.exp(f[k] / tau) for k in range(T)]
-        return sum(w[k] * f[k] for k in range(T)) / sum(w)  # type: ignore[no-any-return]
+        # the smooth maximum tau log(mean_k exp(f_k/tau)): monotone in every f_k
+        return tau * sympy.log(sum(sympy.exp(f[k] / tau) for k in range(T)) / T)  # type: ignore[no-any-return]
     y, x = node.args[:2]
     xs = [at(x, k) for k in range(T)]
     if isinstance(node, AreaWithin):
