@@ -122,15 +122,9 @@ def prove_gradient(expr: sympy.Expr, source: str, T: int, seed: int = 0) -> tupl
     pairs = [("the value", value[0], want)]
     pairs += [(f"d/d{s}", dtp[0][k], sympy.diff(want, s)) for k, s in enumerate(tp)]
     pairs += [(f"d/d{s}", dfp[0][k], sympy.diff(want, s)) for k, s in enumerate(fp)]
-    hows = set()
-    for what, got, ref in pairs:
-        printed = proofs.as_printed(ref)  # constants past 2**53 are float64 literals in the kernel
-        ok, how, cex = proofs.symbolic_equal(got, printed, seed + T, relative=(
-            proofs.RELATIVE if printed == ref else proofs.ROUNDED_RELATIVE))
-        if not ok:
-            at = ", ".join(f"{k}={v:g}" for k, v in (cex or {}).items())
-            return False, f"T={T}: {what} differs from SymPy's at {at}"
-        hows.add(how)
+    failure, hows = proofs.first_difference(pairs, seed + T)
+    if failure is not None:
+        return False, f"T={T}: {failure}"
     return True, f"{2 * T} partials and the value (T={T}): " + "; ".join(sorted(hows))
 
 

@@ -20,8 +20,8 @@ from ..analysis.size import MAX_EXPANSION, common_denominator_size, rename, smal
 from ..language.functions import TORCH_CALLS, sympy_torch
 from ..language.symbols import TO_POSITIVE
 
-__all__ = ["ExactNumbers", "as_printed", "equal_at_points", "run_symbolically", "symbolic_equal",
-           "undecided_torch", "vectorized_torch", "working_digits"]
+__all__ = ["ExactNumbers", "as_printed", "equal_as_printed", "equal_at_points", "first_difference",
+           "run_symbolically", "symbolic_equal", "undecided_torch", "vectorized_torch", "working_digits"]
 
 #: Above this size (sympy.count_ops) of a difference no symbolic proof is tried.
 MAX_PROOF_OPS = 600
@@ -216,6 +216,34 @@ def symbolic_equal(a: sympy.Expr, b: sympy.Expr, seed: int = 0, points: int = 12
         except BudgetExceeded:
             return True, f"{sampled} (proof stopped at the time budget)", None
     return True, f"{sampled} (no closed-form proof found)", None
+
+
+def equal_as_printed(got: sympy.Expr, want: sympy.Expr, seed: int = 0
+                     ) -> tuple[bool, str, dict[str, float] | None]:
+    """:func:`symbolic_equal` of a kernel's output ``got`` and SymPy's ``want`` as the kernel
+    prints it: constants past 2**53 are float64 literals there, so such a ``want`` is compared
+    as printed, at the tolerance those roundings need (``ROUNDED_RELATIVE``).
+
+    >>> equal_as_printed(sympy.Symbol("TP") / 2, sympy.Symbol("TP") * sympy.Rational(1, 2))[:2]
+    (True, 'proved equal (cancel)')
+    """
+    printed = as_printed(want)
+    return symbolic_equal(got, printed, seed, relative=RELATIVE if printed == want else ROUNDED_RELATIVE)
+
+
+def first_difference(pairs: list[tuple[str, sympy.Expr, sympy.Expr]], seed: int = 0
+                     ) -> tuple[str | None, set[str]]:
+    """Each ``(what, kernel's, SymPy's)`` by :func:`equal_as_printed`: ``"<what> differs from
+    SymPy's at <counterexample>"`` for the first pair that differs (``None`` when none does), and
+    how the equal ones were shown."""
+    hows: set[str] = set()
+    for what, got, want in pairs:
+        ok, how, cex = equal_as_printed(got, want, seed)
+        if not ok:
+            at = ", ".join(f"{k}={v:g}" for k, v in (cex or {}).items())
+            return f"{what} differs from SymPy's at {at}", hows
+        hows.add(how)
+    return None, hows
 
 
 def proves_zero(proof: Any, expr: sympy.Expr) -> bool:
