@@ -193,15 +193,23 @@ class GroupMetric(Metric):
         the value of a rate undefined in a group (fairlearn's and scikit-learn's is 0); without
         it such a group is an error naming it. Equals ``fairlearn.metrics``.
         """
-        from .evaluate.group_thresholds import decide
-        from .evaluate.groups import evaluate_groups, group_count_table, group_ids
-        from .evaluate.threshold import as_array
-
         if mode not in (None, "binary") or class_count(num_classes, num_labels) is not None \
                 or average is not None or ignore_index is not None:
             raise MetricError("a group metric is over binary decisions: scores (N,) and 0/1 labels "
                               "(N,); mode, num_classes, average and ignore_index do not apply")
         _need_groups(groups, "score")
+        return self._finite(self._exact([self._expr], preds, target, groups, threshold, from_logits,
+                                        zero_division, sample_weight)[0])
+
+    @staticmethod
+    def _exact(exprs: list[sympy.Expr], preds: Any, target: Any, groups: Any, threshold: Any,
+               from_logits: bool, zero_division: float | None, sample_weight: Any = None) -> np.ndarray:
+        """The exact values of ``exprs`` at the hard decisions per group (checked inputs): what
+        ``score()`` and :class:`metricc.BestFeasible`'s passes read."""
+        from .evaluate.group_thresholds import decide
+        from .evaluate.groups import evaluate_groups, group_count_table, group_ids
+        from .evaluate.threshold import as_array
+
         s, y = as_array(preds, "preds").reshape(-1), as_array(target, "target").reshape(-1)
         if s.shape != y.shape:
             raise MetricError(f"preds and target must have one entry per sample, got {s.shape} and {y.shape}")
@@ -212,9 +220,8 @@ class GroupMetric(Metric):
                               "decision cannot be taken on them (check the model's outputs)")
         codes, labels = group_ids(groups, s.shape[0])
         w = None if sample_weight is None else as_array(sample_weight, "sample_weight").reshape(-1)
-        decisions = decide(s, codes, threshold, from_logits)
-        counts = group_count_table(decisions, y, codes, w, len(labels))
-        return self._finite(evaluate_groups([self._expr], counts, zero_division, labels)[0])
+        counts = group_count_table(decide(s, codes, threshold, from_logits), y, codes, w, len(labels))
+        return evaluate_groups(exprs, counts, zero_division, labels)
 
     @checked_keywords(("num_groups", "threshold", "from_logits", "zero_division", *TORCHMETRICS_OPTIONS))
     def metric(self, **kwargs: Any) -> Any:
@@ -268,17 +275,11 @@ class GroupMetric(Metric):
         """What :class:`metricc.BestFeasible` of this metric is: a judge of whole validation
         passes (:class:`metricc.evaluate.group_passes.GroupPasses`; ``update`` takes ``groups=``)."""
         from .evaluate.group_passes import GroupPasses
-        from .evaluate.group_thresholds import decide
-        from .evaluate.groups import evaluate_groups, group_count_table, group_ids
-        from .evaluate.threshold import as_array
 
-        exprs = list(self._exprs)
+        exprs, zero_division = list(self._exprs), options.get("zero_division")
 
         def values(preds: Any, target: Any, groups: Any, threshold: Any, from_logits: bool) -> np.ndarray:
-            s, y = as_array(preds, "scores").reshape(-1), as_array(target, "target").reshape(-1)
-            codes, labels = group_ids(groups, s.shape[0])
-            counts = group_count_table(decide(s, codes, threshold, from_logits), y, codes, None, len(labels))
-            return evaluate_groups(exprs, counts, options.get("zero_division"), labels)
+            return self._exact(exprs, preds, target, groups, threshold, from_logits, zero_division)
 
         options.pop("passes", None)
         options.pop("zero_division", None)

@@ -338,3 +338,13 @@ def test_best_threshold_honours_the_formulas_own_bounds_and_refuses_a_bare_confi
         assert gap.score(s, y, groups=g, threshold=c.threshold) <= 0.05 + 1e-12
     with pytest.raises(MetricError, match="confidence= applies to constraints"):
         bound.best_threshold(s, y, groups=g, confidence=0.9)
+
+
+def test_best_feasible_passes_check_their_inputs_as_score_does() -> None:
+    from metricc.decisions import BestFeasible
+
+    keep = BestFeasible("accuracy subject to gap(recall) <= 0.05")
+    with pytest.raises(MetricError, match="NaN or infinite"):
+        keep.update(0, [float("nan"), 0.2], [1, 0], groups=[0, 1])
+    with pytest.raises(MetricError, match="0/1 labels"):
+        keep.update(0, [0.9, 0.2], [2, 0], groups=[0, 1])
