@@ -271,20 +271,23 @@ def curve_reference(name: str, **params: float) -> Callable[..., float]:
 
 # --- group metrics: fairlearn's values ------------------------------------------------------------
 
-def _frame(metric: Any, y: np.ndarray, d: np.ndarray, g: np.ndarray, w: np.ndarray | None) -> Any:
+def metric_frame(metric: Any, y: np.ndarray, d: np.ndarray, g: np.ndarray, w: np.ndarray | None) -> Any:
     import fairlearn.metrics as fm
 
+    """fairlearn's ``MetricFrame`` of ``metric`` on 0/1 decisions ``d`` by groups ``g``."""
     return fm.MetricFrame(metrics=metric, y_true=y, y_pred=d, sensitive_features=g,
                           sample_params={"sample_weight": w})
 
 
-def _precision0(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+def precision0(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+    """scikit-learn's precision, 0 where nothing is predicted positive (fairlearn's reading)."""
     from sklearn.metrics import precision_score
 
     return float(precision_score(y_true, y_pred, sample_weight=sample_weight, zero_division=0))
 
 
-def _recall0(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+def recall0(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
+    """scikit-learn's recall, 0 where there is no positive (fairlearn's reading)."""
     from sklearn.metrics import recall_score
 
     return float(recall_score(y_true, y_pred, sample_weight=sample_weight, zero_division=0))
@@ -296,9 +299,9 @@ def fairlearn_reference(name: str, y: np.ndarray, d: np.ndarray, g: np.ndarray, 
     from sklearn.metrics import accuracy_score
 
     if name == "predictive_parity_difference":
-        return float(_frame(_precision0, y, d, g, w).difference())
+        return float(metric_frame(precision0, y, d, g, w).difference())
     if name == "worst_group_recall":
-        return float(_frame(_recall0, y, d, g, w).group_min())
+        return float(metric_frame(recall0, y, d, g, w).group_min())
     if name == "worst_group_accuracy":
-        return float(_frame(accuracy_score, y, d, g, w).group_min())
+        return float(metric_frame(accuracy_score, y, d, g, w).group_min())
     return float(getattr(fm, name)(y, d, sensitive_features=g, sample_weight=w))

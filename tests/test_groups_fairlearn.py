@@ -19,21 +19,7 @@ from hypothesis import strategies as st
 import metricc
 
 fm = pytest.importorskip("fairlearn.metrics")
-from oracles import fairlearn_reference  # noqa: E402
-from sklearn.metrics import precision_score, recall_score  # noqa: E402
-
-
-def _frame(metric: Any, y: np.ndarray, d: np.ndarray, g: np.ndarray, w: np.ndarray | None) -> Any:
-    return fm.MetricFrame(metrics=metric, y_true=y, y_pred=d, sensitive_features=g,
-                          sample_params={"sample_weight": w})
-
-
-def _precision(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
-    return float(precision_score(y_true, y_pred, sample_weight=sample_weight, zero_division=0))
-
-
-def _recall(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
-    return float(recall_score(y_true, y_pred, sample_weight=sample_weight, zero_division=0))
+from oracles import fairlearn_reference, metric_frame, precision0, recall0  # noqa: E402
 
 
 def _fairlearn(name: str, y: np.ndarray, d: np.ndarray, g: np.ndarray, w: np.ndarray | None) -> float:
@@ -88,7 +74,7 @@ def test_group_metrics_equal_fairlearn(name: str, data: tuple) -> None:
         assert name.endswith("_ratio"), (name, ref)
         ref = 1.0
         if name == "equalized_odds_ratio":
-            ref = min(1.0 if math.isnan(r) else r for r in (_frame(rate, y, d, g, w).ratio()
+            ref = min(1.0 if math.isnan(r) else r for r in (metric_frame(rate, y, d, g, w).ratio()
                                                             for rate in (fm.true_positive_rate,
                                                                          fm.false_positive_rate)))
     assert abs(ours - ref) <= 1e-12, (name, ours, ref)
@@ -153,16 +139,16 @@ def test_other_reductions_equal_metric_frames(data: tuple) -> None:
     y, s, g, w = data
     assume(y.any())
     d = (s >= 0.5).astype(int)
-    checks = {"groupmax(fpr)": _frame(fm.false_positive_rate, y, d, g, w).group_max(),
-              "groupmean(precision)": float(np.mean(_frame(_precision, y, d, g, w).by_group)),
-              "worst(f1)": _frame(_f1, y, d, g, w).group_min(),
-              "gap(fnr)": _frame(fm.false_negative_rate, y, d, g, w).difference()}
+    checks = {"groupmax(fpr)": metric_frame(fm.false_positive_rate, y, d, g, w).group_max(),
+              "groupmean(precision)": float(np.mean(metric_frame(precision0, y, d, g, w).by_group)),
+              "worst(f1)": metric_frame(_f1, y, d, g, w).group_min(),
+              "gap(fnr)": metric_frame(fm.false_negative_rate, y, d, g, w).difference()}
     groups = np.unique(g)
     if len(groups) > 1:
         def rest(k: Any) -> float:
             inside, out = g == k, g != k
-            return abs(_recall(y[inside], d[inside], None if w is None else w[inside])
-                       - _recall(y[out], d[out], None if w is None else w[out]))
+            return abs(recall0(y[inside], d[inside], None if w is None else w[inside])
+                       - recall0(y[out], d[out], None if w is None else w[out]))
         checks["vsrest(recall)"] = max(rest(k) for k in groups)
     for formula, ref in checks.items():
         ours = metricc.compile(formula).score(s, y, groups=g, sample_weight=w, zero_division=0)
