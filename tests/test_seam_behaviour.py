@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from blocked_imports import PRELUDE
 from oracles import curve_reference, fairlearn_reference, sklearn_reference
 from test_matrix import sklearn_score
 from torch import Tensor
@@ -308,31 +309,8 @@ def test_metric_over_two_updates_equals_score(statistic: str, name: str) -> None
 
 # --- standalone files, in a process that cannot import metricc ----------------------------------
 
-CHILD = r'''
-import importlib.util, json, sys
-
-BLOCKED = {"metricc", "sympy", "lark"}
-
-
-class Blocker:
-    """Makes importing metricc, sympy or lark fail, as in an image without them."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in BLOCKED:
-            raise ImportError(f"{name} is not installed here")
-        return None
-
-
-sys.meta_path.insert(0, Blocker())
-import torch
-
+CHILD = PRELUDE + r'''
 torch.set_num_threads(1)
-blocked = []
-for name in sorted(BLOCKED):
-    try:
-        __import__(name)
-    except ImportError:
-        blocked.append(name)
 results = {"blocked": blocked, "errors": {}}
 for job in json.load(open(sys.argv[1])):
     try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from blocked_imports import PRELUDE
 
 import metricc
 from metricc.runtime.loss import MetricLoss
@@ -48,30 +49,7 @@ CASES: list[tuple[str, dict[str, Any], str, str, dict[str, Any], str]] = [
      "classes"),
 ]
 
-CHILD = r'''
-import importlib.util, inspect, json, sys
-
-BLOCKED = {"metricc", "sympy", "lark"}
-
-
-class Blocker:
-    """Makes importing metricc, sympy or lark fail, as in an image without them."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in BLOCKED:
-            raise ImportError(f"{name} is not installed here")
-        return None
-
-
-sys.meta_path.insert(0, Blocker())
-import torch
-
-blocked = []
-for name in sorted(BLOCKED):
-    try:
-        __import__(name)
-    except ImportError:
-        blocked.append(name)
+CHILD = PRELUDE + r'''
 
 results = {"blocked": blocked}
 for job in json.load(open(sys.argv[1])):
