@@ -348,3 +348,13 @@ def test_best_feasible_passes_check_their_inputs_as_score_does() -> None:
         keep.update(0, [float("nan"), 0.2], [1, 0], groups=[0, 1])
     with pytest.raises(MetricError, match="0/1 labels"):
         keep.update(0, [0.9, 0.2], [2, 0], groups=[0, 1])
+
+
+def test_group_loss_weights_get_every_loss_weight_check() -> None:
+    loss = metricc.compile("equal_opportunity_difference").loss(from_logits=True, num_groups=3)
+    x, y, g = _batch(12)
+    for w, match in [(torch.full((12,), float("nan")), "NaN or inf"), (-torch.ones(12), "negative"),
+                     (torch.ones(5), "does not broadcast")]:
+        with pytest.raises(MetricError, match=match):
+            loss(x, y, g, w)
+    torch.testing.assert_close(loss(x, y, g, torch.tensor(2.0)), loss(x, y, g))  # a scale changes no rate

@@ -32,6 +32,7 @@ from .loss_base import StatisticLoss
 from .options import check_number
 from .relax import Relaxation, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
+from .weights import validate_weight
 
 #: The temperature at which the multiplier step reads the reductions: the exact max and min.
 EXACT_TAU = 1e-9
@@ -261,13 +262,8 @@ class GroupLoss(StatisticLoss, ConstraintState):
             raise MetricError(f"groups are on {groups.device} but input on {s.device}; move both to one device")
         groups = groups.detach()
         w = None
-        if weight is not None:
-            w = torch.as_tensor(weight, device=s.device).detach()
-            if w.numel() != s.shape[0] or (self.validate_args and not torch.compiler.is_compiling()
-                                           and bool((w < 0).any())):
-                raise MetricError(f"weight must hold one weight >= 0 per sample ({s.shape[0]}), got "
-                                  f"shape {tuple(w.shape)}")
-            w = w.reshape(-1)
+        if weight is not None:  # one per sample, checked as every loss checks its weights
+            w = validate_weight(weight, y, self.validate_args).expand_as(y)
         work = wide_dtype(input.dtype)
         update = updates_state(self)
         hard = (s.detach() >= (0.0 if self.from_logits else 0.5)) if self.constraints else None
