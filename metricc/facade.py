@@ -227,8 +227,14 @@ class Metric:
         """The generated torch source of the statistic's two kernels (value; value and gradient)."""
         if self._kernels_source is None:
             emit = resolve(self.statistic.emitter)  # the statistic's declared kernel writer
-            self._kernels_source = emit(self.expr, self.matrix_parameters)
+            self._kernels_source = emit(self.kernel_exprs, self.matrix_parameters)
         return self._kernels_source
+
+    @property
+    def kernel_exprs(self) -> Any:
+        """What the kernel writer is given: the metric's expression (a statistic whose kernels
+        compute more, such as the groups' constraint violations, gives those too)."""
+        return self.expr
 
     def check(self) -> Any:
         """Where the metric is undefined and which way it trains: the statistic's check

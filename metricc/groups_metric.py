@@ -116,15 +116,6 @@ class GroupMetric(Metric):
         return sympy.Tuple(*self._exprs)
 
     @property
-    def kernels_source(self) -> str:
-        """The generated torch source of ``group_value`` and ``group_and_gradient``."""
-        if self._kernels_source is None:
-            from .analysis.statistics import resolve
-
-            self._kernels_source = resolve(self.statistic.emitter)(self.kernel_exprs, ())
-        return self._kernels_source
-
-    @property
     def gradient(self) -> dict[str, sympy.Expr]:
         """The gradient as local forms (symbolic in the number of groups ``G``): for the metric
         ``h(r_0, ..., TP, FP, FN, TN)``, ``dh/dr_j`` and ``dh/dTP`` (overall counts), and each
