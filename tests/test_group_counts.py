@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import metricc
+from metricc.runtime import group_counts
 from metricc.runtime.group_counts import CountPlan, GroupCounts
 from metricc.runtime.relax import AnyLoss, Linear
 
@@ -34,18 +35,21 @@ def _reference_counts(a: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None, 
     return torch.nn.functional.one_hot(g, G).double().T @ parts
 
 
+@pytest.mark.parametrize("chunk", [1 << 16, 64])  # one chunk; several, the last one short
 @pytest.mark.parametrize("binned", [True, False])
 @pytest.mark.parametrize("soft_labels", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("relax", [AnyLoss(amplifier=10.0), Linear()])
 def test_counts_and_gradient_equal_the_one_hot_reference(binned: bool, soft_labels: bool, weighted: bool,
-                                                         relax: object) -> None:
+                                                         relax: object, chunk: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(group_counts, "CHUNK", chunk)
     x, y, g, w = _batch(3, soft_labels, weighted)
     hard = x >= 0
     plan = CountPlan(y, w, g, G, hard, binned)
-    assert (plan.bins is not None) == (binned and not soft_labels)  # soft labels fall back to sums
     xs = x.clone().requires_grad_(True)
     counts = GroupCounts.apply(xs, plan, relax, True)
+    assert plan.binned == (binned and not soft_labels)  # soft labels fall back to sums
     xr = x.clone().requires_grad_(True)
     ref = _reference_counts(relax.value(xr, True), y, w, g)
     torch.testing.assert_close(counts, ref, rtol=1e-12, atol=1e-9)
@@ -55,6 +59,35 @@ def test_counts_and_gradient_equal_the_one_hot_reference(binned: bool, soft_labe
     (ref * up).sum().backward()
     torch.testing.assert_close(xs.grad, xr.grad, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(plan.hard_counts, _reference_counts(hard.double(), y, w, g), rtol=1e-12, atol=1e-9)
+
+
+def test_a_soft_label_past_the_first_chunk_falls_back_to_sums(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first chunk's labels are 0/1, a later one is soft: the bins are dropped, not trusted."""
+    monkeypatch.setattr(group_counts, "CHUNK", 64)
+    x, y, g, _ = _batch(4, False, False)
+    y = y.clone()
+    y[300] = 0.25
+    plan = CountPlan(y, None, g, G, None, True)
+    assert plan.binned  # nothing soft in the first chunk
+    counts = GroupCounts.apply(x, plan, Linear(), True)
+    assert not plan.binned
+    torch.testing.assert_close(counts, _reference_counts(torch.sigmoid(x), y, None, g), rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("bad", [-1, G])
+@pytest.mark.parametrize("validate", [True, False])
+def test_a_group_id_outside_the_groups_is_refused_on_every_path(bad: int, validate: bool,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With num_groups given the ids get no scan of their own on the bins path: scatter_add's
+    bounds check refuses them, in every chunk, as a MetricError naming the range."""
+    monkeypatch.setattr(group_counts, "CHUNK", 64)
+    x, y, g, _ = _batch(6, False, False)
+    g = g.clone()
+    g[350] = bad
+    loss = metricc.compile("equal_opportunity_difference").loss(from_logits=True, num_groups=G,
+                                                                validate_args=validate)
+    with pytest.raises(metricc.MetricError, match=rf"group ids must lie in \[0, {G}\)"):
+        loss(x.requires_grad_(True), y, g)
 
 
 @pytest.mark.parametrize("formula", ["equal_opportunity_difference", "accuracy subject to gap(recall) <= 0.05"])

@@ -257,7 +257,13 @@ class GroupLoss(StatisticLoss, ConstraintState):
             raise MetricError(f"a group loss takes one score per sample, input (N,) or (N, 1), got "
                               f"{tuple(input.shape)}; groups are given per sample")
         s, y = input.reshape(-1), target.reshape(-1)
-        g = check_groups(groups, s.shape[0], self.num_groups, self.validate_args)
+        # bins need checked labels and a free host sync (eager, CPU); else scatter_add sums.
+        # On the CPU with num_groups given, scatter_add's bounds check refuses an id outside
+        # [0, G) (CountPlan raises the MetricError), so the ids need no scan of their own.
+        binned = self.validate_args and s.device.type == "cpu" and not torch.compiler.is_compiling()
+        scan = self.validate_args and not (binned and self.num_groups is not None and
+                                           isinstance(groups, Tensor) and not groups.is_floating_point())
+        g = check_groups(groups, s.shape[0], self.num_groups, scan)
         if groups.device != s.device:
             raise MetricError(f"groups are on {groups.device} but input on {s.device}; move both to one device")
         groups = groups.detach()
@@ -272,9 +278,6 @@ class GroupLoss(StatisticLoss, ConstraintState):
             counts = group_counts(a, y, w, groups, g)
             hard_counts = None if hard is None else group_counts(hard, y, w, groups, g)
         else:
-            # bins need checked ids and a free host sync (eager, CPU); else scatter_add sums
-            binned = (self.validate_args and s.device.type == "cpu"
-                      and not torch.compiler.is_compiling())
             plan = CountPlan(y, w, groups, g, hard, binned)
             counts = GroupCounts.apply(s.to(work), plan, self.relax, self.from_logits)
             hard_counts = plan.hard_counts
