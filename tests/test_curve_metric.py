@@ -272,13 +272,16 @@ def test_torch_compile_fullgraph_in_a_fresh_process() -> None:
         import torch, metricc
         loss = metricc.compile("best_f1 + auroc").loss(from_logits=True, bins=32, memory_decay=0.9)
         x = torch.randn(64, dtype=torch.float64, requires_grad=True)
-        y = (torch.arange(64) % 3 == 0).double()
+        hits = torch.arange(64) % 3 == 0
         fn = torch.compile(loss, fullgraph=True, backend="aot_eager")
-        got = fn(x, y); got.backward()
-        g1 = x.grad.clone(); x.grad = None
-        loss.reset_memory()
-        want = loss(x, y); want.backward()
-        assert torch.allclose(got, want, rtol=1e-12) and torch.allclose(g1, x.grad, rtol=1e-10), (got, want)
+        # 0/1 targets as float, bool and int: bool ones once failed to trace (bincount's data-dependent length)
+        for y in (hits.double(), hits, hits.long()):
+            loss.reset_memory(); x.grad = None
+            got = fn(x, y); got.backward()
+            g1 = x.grad.clone(); x.grad = None
+            loss.reset_memory()
+            want = loss(x, y); want.backward()
+            assert torch.allclose(got, want, rtol=1e-12) and torch.allclose(g1, x.grad, rtol=1e-10), (y.dtype, got, want)
         print("ok")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400,

@@ -157,12 +157,14 @@ def _row_offset(idx: Tensor, pos: Tensor, rows: int, bins: int) -> Tensor:
 
 
 def _scatter(size: int, index: Tensor, values: Tensor | None) -> Tensor:
-    """``bincount`` into float64 (a count when ``values`` is None); weighted, ``bincount`` on the CPU
-    in eager mode (twice ``index_add_``'s speed, the same sums in the same order), else ``index_add_``."""
-    if values is None:
-        return torch.bincount(index, minlength=size).to(torch.float64)
+    """Sums of ``values`` by ``index`` into float64 (a count when ``values`` is None): ``bincount``
+    on the CPU in eager mode (twice ``index_add_``'s speed, the same sums in the same order), else
+    ``index_add_``: traced, ``bincount``'s length depends on the data (``torch.compile`` fails on
+    it), and on CUDA it waits for the device to learn it."""
     if index.device.type == "cpu" and not torch.compiler.is_compiling():
         return torch.bincount(index, weights=values, minlength=size).to(torch.float64)  # empty: int64
+    if values is None:
+        values = torch.ones((), dtype=torch.float64, device=index.device).expand(index.shape[0])
     return torch.zeros(size, dtype=torch.float64, device=index.device).index_add_(0, index, values)
 
 
