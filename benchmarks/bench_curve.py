@@ -35,11 +35,20 @@ indices, macro-averaging the classes' AUROC (AP) of the softmax probabilities; L
 ``x ratio`` is the median over rounds of each round's ratio to the cross-entropy row (BCE
 for binary), which load that comes and goes hits alike.
 
-Timing and memory as ``bench_loss.py``: interleaved rounds in a new random order each,
-the median and the fastest call of each row, and the ratios to BCE of each; peak extra
-CPU bytes of one call from ``torch.profiler``. On a shared, loaded machine the medians of
-calls longer than a scheduler time slice carry the waits for the CPU; the fastest calls
-do not.
+* ``imbalanced-losses SmoothAPLoss`` (Smooth-AP with its 1024-row queue, ``num_classes=1``,
+  ``(N, 1)`` logits) where its ``positives x (batch + queue)`` matrices stay under
+  ``SMOOTH_AP_LIMIT`` entries (the skipped sizes are named), and ``imbalanced-losses
+  RecallAtQuantileLoss`` (a stop-gradient quantile threshold, sort-based), where
+  ``imbalanced_losses`` imports (``pip install --no-deps imbalanced-losses``).
+
+``--compile`` adds a table of BCE, AUROC and AP each under ``torch.compile(fullgraph=True)``,
+whose ratios are to the compiled BCE.
+
+Timing and memory as ``bench_loss.py``: interleaved rounds in a new random order each, timed
+by the process's CPU time (``time.process_time``: another process's load is not counted,
+page faults of fresh buffers are), the median and the fastest call of each row, and the
+median of the per-round ratios to BCE (``x ratio``, the figure to quote); peak extra CPU
+bytes of one call from ``torch.profiler``.
 """
 
 from __future__ import annotations
@@ -69,8 +78,16 @@ try:
     import torchsort
 except ImportError:  # pragma: no cover - needs a native build
     torchsort = None
+try:  # pip install --no-deps imbalanced-losses
+    from imbalanced_losses import RecallAtQuantileLoss, SmoothAPLoss
+except ImportError:  # pragma: no cover - depends on the environment
+    RecallAtQuantileLoss = SmoothAPLoss = None
 
 PAIR_LIMIT = 1e7
+#: Smooth-AP compares every positive with every score of the batch and its queue: a
+#: ``positives x (n + queue)`` float matrix and several of its size; above this many entries
+#: (several GB) it is not run, and the table says so.
+SMOOTH_AP_LIMIT = 5e7
 PROFILE_LIMIT = 10**5
 PROBABILITY = CurveRelaxation(bins=256)
 LOGIT = CurveRelaxation(bins=256, space="logit", clip=8.0)
@@ -127,9 +144,9 @@ def measure(losses: dict, x: torch.Tensor, y: torch.Tensor, rounds: int, warmup:
     for _ in range(rounds):
         random.shuffle(order)
         for name in order:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             step(losses[name])
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(time.process_time() - t0)
     peaks = {}
     for name, loss in losses.items():
         x.grad = None
@@ -189,6 +206,17 @@ def run(sizes: list[int], rounds: int, warmup: int, only: list[str] | None = Non
                 skipped.append(f"n = {n}: LibAUC APLoss skipped ({int(y.sum()) * n:.2e} pairs > {PAIR_LIMIT:.0e})")
         if torchsort is not None:
             losses["torchsort soft-rank AUROC"] = torchsort_auroc
+        if SmoothAPLoss is not None:
+            yl = y.long()
+            queued = int(y.sum()) * (n + 1024)
+            if queued <= SMOOTH_AP_LIMIT:
+                sap = SmoothAPLoss(num_classes=1)
+                losses["imbalanced-losses SmoothAPLoss"] = lambda x, y, yl=yl, sap=sap: sap(x[:, None], yl)
+            else:
+                skipped.append(f"n = {n}: imbalanced-losses SmoothAPLoss skipped ({queued:.2e} positive x "
+                               f"score entries > {SMOOTH_AP_LIMIT:.0e}: its positives x (batch + queue) matrices)")
+            raq = RecallAtQuantileLoss(num_classes=1)
+            losses["imbalanced-losses RecallAtQuantileLoss"] = lambda x, y, yl=yl, raq=raq: raq(x[:, None], yl)
         if only:  # the base row stays: every ratio is to it
             losses = {k: v for k, v in losses.items() if k in only or k == "BCEWithLogits"}
         times, peaks = measure(losses, x, y, rounds, warmup)
@@ -198,8 +226,30 @@ def run(sizes: list[int], rounds: int, warmup: int, only: list[str] | None = Non
         sys.stdout.flush()  # each size's table as soon as it is measured
     for line in skipped:
         print(line)
-    print("peers not installed: " + (", ".join(n for n, m in (("libauc", AUCMLoss), ("torchsort", torchsort))
+    print("peers not installed: " + (", ".join(n for n, m in (("libauc", AUCMLoss), ("torchsort", torchsort),
+                                                           ("imbalanced-losses", SmoothAPLoss))
                                                if m is None) or "none"))
+    return rows
+
+
+def run_compiled(sizes: list[int], rounds: int, warmup: int) -> list[list[str]]:
+    """BCE and the AUROC / AP losses under ``torch.compile(fullgraph=True)`` (inductor), each
+    against the compiled BCE: the ratio a user who compiles the training step sees."""
+    rows = []
+    for n in sizes:
+        g = torch.Generator().manual_seed(n)
+        y = torch.rand(n, generator=g) < 0.1
+        x = (torch.randn(n, generator=g) + 1.5 * y).requires_grad_()
+        bce = torch.compile(torch.nn.BCEWithLogitsLoss(), fullgraph=True)
+        yf = y.float()
+        losses = {"compiled BCEWithLogits": lambda x, y, yf=yf, bce=bce: bce(x, yf),
+                  "compiled metricc AUROC": torch.compile(metricc_loss("auroc"), fullgraph=True),
+                  "compiled metricc AP": torch.compile(metricc_loss("average_precision"), fullgraph=True)}
+        times, peaks = measure(losses, x, y, rounds, warmup)
+        rows += _rows(f"{n:.0e}", losses, times, peaks, "compiled BCEWithLogits")
+        print_table(["n", "loss", "median ms", "x BCE", "x ratio", "min ms", "x BCE (min)", "peak MB"],
+                    rows[-len(losses):])
+        sys.stdout.flush()
     return rows
 
 
@@ -240,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="binary sizes n")
     parser.add_argument("--only", nargs="+", default=None, help="the binary rows to run (by name)")
     parser.add_argument("--no-multiclass", action="store_true", help="skip the segmentation batch")
+    parser.add_argument("--compile", action="store_true",
+                        help="also race BCE, AUROC and AP under torch.compile(fullgraph=True)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.smoke:
@@ -247,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         run_multiclass((2, 3, 8, 8), rounds=2, warmup=1)
     else:
         run(args.sizes, rounds=args.rounds, warmup=3, only=args.only)
+        if args.compile:
+            run_compiled(args.sizes, rounds=args.rounds, warmup=3)
         if not args.no_multiclass:
             run_multiclass((8, 21, 128, 128), rounds=max(3, args.rounds // 3), warmup=1)
     return 0

@@ -334,7 +334,8 @@ def test_benchmark_smoke_run(capsys) -> None:
         assert f"| {name} " in table, table
     # the soft losses run, and are finite: their peak memory is reported (8 rows, and the
     # optional peers' where they import)
-    rows = 8 + 2 * (bench.AUCMLoss is not None) + (bench.torchsort is not None)
+    rows = (8 + 2 * (bench.AUCMLoss is not None) + (bench.torchsort is not None)
+            + 2 * (bench.SmoothAPLoss is not None))
     assert table.count("| 5e+02 ") == rows and table.count("| 2e+03 ") == rows, table
     assert table.count("| 2x3x8x8 ") == 3 + (bench.MultiLabelAUCMLoss is not None), table
 
@@ -357,3 +358,32 @@ def test_scores_at_the_top_of_the_grid_and_probabilities_past_it() -> None:
     clipped = SoftCurve.apply(p.clamp(0, 1), hard, None, relax, False, True)
     assert all(torch.equal(a, b) for a, b in zip(SoftCurve.apply(p, hard, None, relax, False, True)[:2],
                                                  clipped[:2], strict=True))
+
+
+@pytest.mark.parametrize("space", ["probability", "logit"])
+@pytest.mark.parametrize("from_logits", [True, False])
+@pytest.mark.parametrize("shape", [(203,), (41, 3)])
+def test_the_chunked_histogram_equals_the_whole_batch_one(space: str, from_logits: bool, shape: tuple[int, ...],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """0/1 labels without weights build the histogram a chunk at a time (CPU, eager): with
+    chunks of 16 elements (the last one short) the curve and the gradient equal those of the
+    whole-batch path (soft labels 0.0/1.0 as floats take it), scores at the top grid point included."""
+    from metricc.runtime import curve as curve_module
+
+    gen = torch.Generator().manual_seed(11)
+    s = torch.randn(shape, generator=gen, dtype=F64) * 3
+    if not from_logits:
+        s = torch.sigmoid(s)
+    s.view(-1)[:3] = 40.0 if from_logits else 1.0  # the last grid point (probability space)
+    y = torch.rand(shape, generator=gen) < 0.4
+    relax = CurveRelaxation(bins=9, space=space, clip=4.0)
+    up = torch.randn(2, *((shape[1],) if len(shape) > 1 else ()), 9, generator=gen, dtype=F64)
+    out = []
+    for chunk, hard in ((16, True), (1 << 16, False)):
+        monkeypatch.setattr(curve_module, "CHUNK", chunk)
+        x = s.clone().requires_grad_(True)
+        tp, fp, p, n = SoftCurve.apply(x, y if hard else y.double(), None, relax, from_logits, hard)
+        ((tp * up[0]).sum() + (fp * up[1]).sum()).backward()
+        out.append((torch.stack([tp, fp]), p, n, x.grad))
+    for a, b in zip(*out, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -7,6 +7,27 @@ from typing import Any
 import torch
 from torch import Tensor
 
+#: Elements per step where a loss sums by an index it builds (the soft curve's bins, the
+#: groups' bins): a chunk's int64/float64 temporaries stay in cache, where whole-batch ones
+#: cost more in page faults (a fresh 8 MB per 10^6 elements) than in arithmetic, and 16
+#: steps per 10^6 elements cost little in Python.
+CHUNK = 1 << 16
+
+
+def zero_one(y: Tensor, count: float) -> bool:
+    """Whether labels already checked to lie in [0, 1] are all 0 or 1, given ``count``: how many
+    of them are 1, or how many are nonzero (whichever the caller has at hand).
+
+    For 0/1 labels their sum equals either count exactly (a float32 sum of 0/1 values is exact
+    below 2^24 elements; float64 above); a soft label moves the sum off both, above the first,
+    below the second. One pass over ``y``, where ``((y == 0) | (y == 1)).all()`` made four. A
+    soft label so close to 0 or 1 that the sum's rounding hides it is counted as 0 or 1: an
+    error below that rounding.
+    """
+    if not y.is_floating_point():
+        return True
+    return float(y.sum(dtype=torch.float32 if y.numel() < 2**24 else torch.float64)) == count
+
 
 def _sum_dtype(t: Tensor) -> torch.dtype:
     # float32 sums use pairwise (cascade) summation, good to ~1e-8 relative even

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError, suggest
+from .counts import CHUNK
 from .distributed import CountPool, count_pool, sync_counts
 
 CURVE_SPACES = ("probability", "logit")
@@ -113,32 +114,40 @@ class CurveRelaxation:
         return lo + (torch.arange(self.bins, dtype=torch.float64) - 0.5) * h
 
 
+def _grid_scores(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Tensor, Tensor | None, float]:
+    """The scores in the grid's space, ``x`` (the input's dtype), and ``du/ds`` as ``d * scale``
+    (``d`` a tensor, ``None`` for 1; ``scale`` a number) of the positions :func:`_on_grid` gives."""
+    _, h = relax.grid()
+    if relax.space == "probability":
+        if not from_logits:
+            return s, None, 1.0 / h
+        x = torch.sigmoid(s)
+        # x sigmoid(-s) in one pass, exact where x rounds to 1 (x (1 - x) would be 0)
+        return x, torch.ops.aten.softplus_backward(x, s, -1.0, _CURVE_SATURATION.get(s.dtype, 20.0)), 1.0 / h
+    c = relax.clip
+    if from_logits:
+        return s, ((s > -c) & (s < c)).to(s.dtype), 1.0 / h
+    x = torch.logit(s)
+    inside = (x > -c) & (x < c)
+    # dlogit/dp = 1 / (p (1 - p)) inside the clip range, 0 outside (also at p = 0, 1)
+    return x, torch.where(inside, 1.0 / torch.where(inside, s * (1 - s), 1.0), 0.0), 1.0 / h
+
+
+def _on_grid(x: Tensor, relax: CurveRelaxation, from_logits: bool) -> Tensor:
+    """Grid positions ``u`` (a fresh float64 tensor, in ``[0, T - 1]``) of scores ``x`` in the grid's space."""
+    lo, h = relax.grid()
+    if relax.space == "probability":
+        u = x.to(torch.float64, copy=True).mul_(1.0 / h)
+        return u if from_logits else u.clamp_(0, relax.bins - 1)  # unchecked probabilities: its ends
+    # clipped on the grid itself: (c - lo) / h may round past T - 1
+    return x.to(torch.float64, copy=True).sub_(lo).mul_(1.0 / h).clamp_(0, relax.bins - 1)
+
+
 def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Tensor, Tensor | None, float]:
     """Grid positions ``u`` (float64, in ``[0, T - 1]``) of the scores, and ``du/ds`` as
     ``d * scale``: ``d`` a tensor (``None`` for 1) and ``scale`` a number."""
-    lo, h = relax.grid()
-    if relax.space == "probability":
-        if from_logits:
-            x = torch.sigmoid(s)
-            # x sigmoid(-s) in one pass, exact where x rounds to 1 (x (1 - x) would be 0)
-            d = torch.ops.aten.softplus_backward(x, s, -1.0, _CURVE_SATURATION.get(s.dtype, 20.0))
-        else:
-            x, d = s, None
-        u = x.to(torch.float64, copy=True).mul_(1.0 / h)
-        u = u if from_logits else u.clamp_(0, relax.bins - 1)  # unchecked probabilities: its ends
-    else:
-        c = relax.clip
-        if from_logits:
-            x = s
-            d = ((s > -c) & (s < c)).to(s.dtype)
-        else:
-            x = torch.logit(s)
-            inside = (x > -c) & (x < c)
-            # dlogit/dp = 1 / (p (1 - p)) inside the clip range, 0 outside (also at p = 0, 1)
-            d = torch.where(inside, 1.0 / torch.where(inside, s * (1 - s), 1.0), 0.0)
-        # clipped on the grid itself: (c - lo) / h may round past T - 1
-        u = x.to(torch.float64, copy=True).sub_(lo).mul_(1.0 / h).clamp_(0, relax.bins - 1)
-    return u, d, 1.0 / h
+    x, d, scale = _grid_scores(s, relax, from_logits)
+    return _on_grid(x, relax, from_logits), d, scale
 
 
 def _index_dtype(size: int) -> torch.dtype:
@@ -200,6 +209,34 @@ def _histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int
     return hist, base
 
 
+def _linear_histogram_chunked(x: Tensor, pos: Tensor, relax: CurveRelaxation, from_logits: bool,
+                              rows: int) -> tuple[Tensor, Tensor]:
+    """:func:`_histogram` of width 1 without masses (0/1 labels, no weights), from the scores in
+    the grid's space ``x``, a slab of dim 0 at a time: the same bins and counts, sums equal up to
+    float64 rounding (added chunk by chunk), with no whole-batch float64 positions. Eager, CPU."""
+    bins = relax.bins
+    size = 2 * rows * bins
+    idx = torch.empty(x.shape, dtype=_index_dtype(size))
+    frac = torch.zeros(size, dtype=torch.float64)
+    count = torch.zeros(size, dtype=torch.float64)
+    step = max(1, CHUNK // max(1, x[0].numel())) if x.dim() > 1 else CHUNK
+    for start in range(0, x.shape[0], step):
+        part = slice(start, start + step)
+        u = _on_grid(x[part], relax, from_logits)
+        k = idx[part]
+        k.copy_(u)  # u >= 0: the cast is the floor (NaN: any integer, clamped; see _histogram)
+        f = u.frac_()
+        if k.numel() and int(k.max()) >= bins - 1:
+            f.masked_fill_(k >= bins - 1, 1.0)  # the top grid point: all to bin T - 1
+        k.clamp_(0, bins - 2)
+        flat = _row_offset(k, pos[part], rows, bins).reshape(-1)
+        frac += torch.bincount(flat, weights=f.reshape(-1), minlength=size)
+        count += torch.bincount(flat, minlength=size)
+    hist = count.sub_(frac)
+    hist[1:] += frac[:-1]  # k + 1 stays in its row: frac is 0 at each row's last bin
+    return hist, idx.reshape(-1)
+
+
 def _tap_adjoint(u: Tensor, base: Tensor, adj: Tensor, bins: int, width: int) -> Tensor:
     """``dL/du`` of every element of a ``width > 1`` kernel: ``adj`` holds ``dL/dhist``."""
     floor = u.floor()
@@ -226,14 +263,20 @@ class SoftCurve(torch.autograd.Function):
         work = torch.promote_types(in_dtype, torch.float32)
         s = s.to(work)
         rows, bins, width = (s.shape[1] if s.dim() >= 2 else 1), relax.bins, int(relax.width)
-        u, d, scale = _positions(s, relax, from_logits)
+        x, d, scale = _grid_scores(s, relax, from_logits)
         w, w64 = (None, None) if w is None else (w.to(work), w.to(work).to(torch.float64))
-        if hard:
-            hist, idx = _histogram(u, y if y.dtype == torch.bool else y != 0, w64, rows, bins, width)
+        pos = y if y.dtype == torch.bool else y != 0
+        u = None
+        if hard and width == 1 and w is None and s.device.type == "cpu" and not torch.compiler.is_compiling():
+            hist, idx = _linear_histogram_chunked(x, pos, relax, from_logits, rows)
+        elif hard:
+            u = _on_grid(x, relax, from_logits)
+            hist, idx = _histogram(u, pos, w64, rows, bins, width)
         else:  # soft labels: each element once as a negative of mass (1 - y) w, once as a positive
             y64 = y.to(torch.float64)
             mass = torch.cat((1 - y64, y64) if w64 is None else ((1 - y64) * w64, y64 * w64))
             pos = torch.cat((torch.zeros_like(y, dtype=torch.bool), torch.ones_like(y, dtype=torch.bool)))
+            u = _on_grid(x, relax, from_logits)
             hist, idx = _histogram(torch.cat((u, u)), pos, mass, rows, bins, width)
         if not torch.compiler.is_compiling() and not bool(torch.isfinite(hist).all()):  # data: not traced
             raise MetricError("scores hold NaN (or, as probabilities, infinite) values; the curve cannot "

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
-from .counts import wide_dtype
+from .counts import wide_dtype, zero_one
 from .curve import CurvePool, CurveRelaxation, SoftCurve
 from .loss_base import StatisticLoss
 from .options import check_number, look_up_option
@@ -215,10 +215,13 @@ class CurveLoss(StatisticLoss):
         self.check_inputs(input, target, self.validate_args)
         s, y, w, logits = self._columns(input, target, weight)
         work = wide_dtype(input.dtype)
-        # 0/1 labels take the cheaper hard path; deciding needs the data, so a traced graph
-        # (torch.compile) takes the soft path, which gives the same curve for 0/1 labels.
-        hard = not y.is_floating_point() or (
-            not torch.compiler.is_compiling() and bool(((y == 0) | (y == 1)).all()))
+        # 0/1 labels take the cheaper hard path, as bool labels; deciding needs the data, so a
+        # traced graph (torch.compile) takes the soft path, which gives the same curve for them.
+        hard = not y.is_floating_point()
+        if not hard and not torch.compiler.is_compiling():
+            positive = y != 0
+            hard = zero_one(y, float(torch.count_nonzero(positive)))
+            y = positive if hard else y
         curve: tuple[Tensor, Tensor, Tensor, Tensor] = SoftCurve.apply(
             s, y, None if w is None else w.to(work), self.relax, logits, hard)
         if self.pool is not None:

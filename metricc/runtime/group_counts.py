@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..errors import MetricError
+from .counts import CHUNK, zero_one
 from .relax import Relaxation
 
 F64 = torch.float64
@@ -73,27 +74,9 @@ def _from_sums(tp: Tensor, pp: Tensor, pos: Tensor, total: Tensor) -> Tensor:
     return torch.stack([tp, fp, pos - tp, total - pos - fp], -1)
 
 
-#: Samples summed per step on the bins path: a chunk's bins, float64 copy and gather stay in
-#: cache (at 10^6 elements whole-batch int64 and float64 temporaries cost more in page faults
-#: than in arithmetic), and 16 steps per 10^6 cost little in Python.
-CHUNK = 1 << 16
-
-
 def _bins(y: Tensor, groups: Tensor) -> Tensor:
-    """Each sample's bin ``2 g + y`` (int64), for labels taken as 0 or 1 (:func:`_hard`)."""
+    """Each sample's bin ``2 g + y`` (int64), for labels taken as 0 or 1 (:func:`~metricc.runtime.counts.zero_one`)."""
     return y.to(torch.int64, copy=True).add_(groups, alpha=2)  # fresh: the add is in place
-
-
-def _hard(y: Tensor, ones: float) -> bool:
-    """Whether labels checked to lie in [0, 1] are 0 or 1, given ``ones``, how many equal 1.
-
-    Their sum equals ``ones`` exactly for 0/1 labels (a float32 sum of 0/1 values is exact
-    below 2^24 elements; float64 above). A soft label small enough to vanish in that sum's
-    rounding passes, and is counted as 0: an error below the rounding of the sum itself.
-    """
-    if not y.is_floating_point():
-        return True
-    return float(y.sum(dtype=torch.float32 if y.numel() < 2**24 else F64)) == ones
 
 
 class CountPlan:
@@ -114,7 +97,7 @@ class CountPlan:
         self.hard_counts: Tensor | None = None
         # label smoothing shows in the first chunk: no bins computed for nothing
         head = y[:CHUNK]
-        self.binned = binned and _hard(head, float(head.to(torch.int64).sum()))
+        self.binned = binned and zero_one(head, float(head.to(torch.int64).sum()))
         if not self.binned:
             self._sums_plan()
 
@@ -161,7 +144,7 @@ class CountPlan:
                 wlab.scatter_add_(0, lbins, w[part])
                 v.mul_(w[part])
             pred.scatter_add_(0, bins, v)
-        if not _hard(self.y, float(lab.view(g, 2, -1)[:, 1].sum())):
+        if not zero_one(self.y, float(lab.view(g, 2, -1)[:, 1].sum())):
             return None
         n = (lab if wlab is None else wlab).view(g, 2, -1)
         if hard is not None:
