@@ -50,6 +50,18 @@ CASES: dict[str, str] = {
         "loss = metricc.compile('auroc').loss(from_logits=True)\n"
         "x = torch.randn(10**6, generator=g); y = (torch.rand(10**6, generator=g) < 0.3).float()\n"
         "args = (y,)"),
+    "average_precision 1e6": (
+        "loss = metricc.compile('average_precision').loss(from_logits=True)\n"
+        "x = torch.randn(10**6, generator=g); y = (torch.rand(10**6, generator=g) < 0.3).float()\n"
+        "args = (y,)"),
+    "auroc 1e6, bool targets": (
+        "loss = metricc.compile('auroc').loss(from_logits=True)\n"
+        "x = torch.randn(10**6, generator=g); y = torch.rand(10**6, generator=g) < 0.3\n"
+        "args = (y,)"),
+    "equal_opportunity_difference 1e6, 8 groups": (
+        "loss = metricc.compile('equal_opportunity_difference').loss(from_logits=True, num_groups=8)\n"
+        "x = torch.randn(10**6, generator=g); y = (torch.rand(10**6, generator=g) < 0.3).float()\n"
+        "args = (y, torch.randint(0, 8, (10**6,), generator=g))"),
     "average_precision 1e5": (
         "loss = metricc.compile('average_precision').loss(from_logits=True)\n"
         "x = torch.randn(10**5, generator=g); y = (torch.rand(10**5, generator=g) < 0.3).float()\n"

@@ -302,7 +302,16 @@ class SoftCurve(torch.autograd.Function):
             # d hist[k] / du = -1, d hist[k+1] / du = +1, and dL/dhist = cumsum(g) per row: their
             # difference is g at k + 1, read from g shifted by one (1/h folded into the T-sized table)
             shifted = torch.cat((g[1:], g.new_zeros(1))).mul_(scale).to(work)
-            grad = shifted.index_select(0, idx).view(-1, *shape[1:])
+            if hard and d is not None and idx.device.type == "cpu" and not torch.compiler.is_compiling():
+                # gather and multiply a chunk at a time, in cache: one pass over the output
+                grad = torch.empty(idx.shape, dtype=work)
+                dd = d.reshape(-1)
+                for start in range(0, idx.shape[0], CHUNK):
+                    part = slice(start, start + CHUNK)
+                    torch.index_select(shifted, 0, idx[part], out=grad[part]).mul_(dd[part])
+                grad, d = grad.view(-1, *shape[1:]), None
+            else:
+                grad = shifted.index_select(0, idx).view(-1, *shape[1:])
         else:
             adj = g.view(-1, bins).cumsum(-1).view(-1).mul_(scale)
             grad = _tap_adjoint(u if hard else torch.cat((u, u)), idx, adj, bins, width).to(work)
