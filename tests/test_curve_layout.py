@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import metricc
-from metricc.runtime.curve import CurveRelaxation, _index_dtype, soft_curve
+from metricc.runtime.curve import CurveRelaxation, soft_curve
+from metricc.runtime.curve_histogram import bin_index_dtype
 
 F64 = torch.float64
 
@@ -91,6 +92,6 @@ def test_float32_probabilities_give_the_float64_curve_and_gradient() -> None:
 
 
 def test_bin_indices_are_int32_while_they_fit() -> None:
-    assert _index_dtype(2 * 256) == torch.int32
-    assert _index_dtype((1 << 31) - 1) == torch.int32
-    assert _index_dtype(1 << 31) == torch.int64
+    assert bin_index_dtype(2 * 256) == torch.int32
+    assert bin_index_dtype((1 << 31) - 1) == torch.int32
+    assert bin_index_dtype(1 << 31) == torch.int64

@@ -128,7 +128,8 @@ STATISTICS: dict[str, Statistic] = {
         unnamed_loss="CustomCurveMetricLoss", facade="metricc.curve_metric.CurveMetric",
         emitter="metricc.emit.curve.emit_curve_kernels", grad_printer="metricc.cli.curve_grad",
         standalone_doc="metricc.standalone_file.curve_doc",
-        runtime_modules=("metricc.runtime.curve", "metricc.runtime.curve_loss")),
+        runtime_modules=("metricc.runtime.curve_histogram", "metricc.runtime.curve",
+                         "metricc.runtime.curve_loss")),
     "groups": Statistic(
         name="groups", symbols=("gap", "ratio", "worst", "groupmax", "groupmean", "vsrest", *COUNTS),
         is_nonnegative=_curve_nonnegative, differentiate=_group_partials,

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..errors import MetricError, suggest
 from .counts import CHUNK
+from .curve_histogram import add_row_offsets, bin_index_dtype, soft_histogram, tap_adjoint
 from .distributed import CountPool, count_pool, sync_counts
 
 CURVE_SPACES = ("probability", "logit")
@@ -150,73 +151,14 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
     return _on_grid(x, relax, from_logits), d, scale
 
 
-def _index_dtype(size: int) -> torch.dtype:
-    """int32 bin indices while they fit: half the memory, and int32 += bool stays vectorised (int64: 20x slower)."""
-    return torch.int32 if size < 1 << 31 else torch.int64
-
-
-def _row_offset(idx: Tensor, pos: Tensor, rows: int, bins: int) -> Tensor:
-    """Move in place the bin numbers ``idx`` of ``(N,)`` or ``(N, C, *)`` scores into each
-    element's row of the flat ``(2, C, T)`` histogram: negatives first, then positives
-    (``pos``); the class (dim 1) is the row, read in place without a permute."""
-    if idx.dim() >= 2:
-        offset = torch.arange(rows, dtype=idx.dtype, device=idx.device).mul_(bins)
-        idx = idx.add_(offset.view(rows, *(1,) * (idx.dim() - 2)))
-    return idx.add_(pos, alpha=rows * bins)
-
-
-def _scatter(size: int, index: Tensor, values: Tensor | None) -> Tensor:
-    """Sums of ``values`` by ``index`` into float64 (a count when ``values`` is None): ``bincount``
-    on the CPU in eager mode (twice ``index_add_``'s speed, the same sums in the same order), else
-    ``index_add_``: traced, ``bincount``'s length depends on the data (``torch.compile`` fails on
-    it), and on CUDA it waits for the device to learn it."""
-    if index.device.type == "cpu" and not torch.compiler.is_compiling():
-        return torch.bincount(index, weights=values, minlength=size).to(torch.float64)  # empty: int64
-    if values is None:
-        values = torch.ones((), dtype=torch.float64, device=index.device).expand(index.shape[0])
-    return torch.zeros(size, dtype=torch.float64, device=index.device).index_add_(0, index, values)
-
-
-def _histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int, width: int
-               ) -> tuple[Tensor, Tensor]:
-    """The soft ``(2, C, T)`` histogram (flat, float64) of positions ``u``, and the index
-    the backward needs: each element's bin (width 1) or its row's first bin (wider)."""
-    size = 2 * rows * bins
-    dtype = _index_dtype(size)
-    if width == 1:
-        # linear interpolation: 1 - f to bin k, f to bin k + 1, k <= T - 2. u >= 0: the cast is the
-        # floor. f = u - k in place (u - k would cast k to a float64 copy): frac(u), 1 at the top
-        # point u = T - 1 (masked eagerly only if a score is there). A NaN position casts to any
-        # integer: clamped to a valid bin, its NaN f then marks the histogram (the caller checks).
-        k = u.to(dtype)
-        top = u >= bins - 1 if torch.compiler.is_compiling() or not k.numel() or int(k.max()) >= bins - 1 else None
-        f = u.frac_() if top is None else u.frac_().masked_fill_(top, 1.0)  # u is spent (width 1)
-        k.clamp_(0, bins - 2)
-        idx = _row_offset(k, pos, rows, bins).reshape(-1)
-        frac = _scatter(size, idx, f.reshape(-1) if mass is None else f.mul_(mass).reshape(-1))
-        hist = _scatter(size, idx, None if mass is None else mass.reshape(-1)).sub_(frac)
-        hist[1:] += frac[:-1]  # k + 1 stays in its row: frac is 0 at each row's last bin
-        return hist, idx
-    hist = torch.zeros(size, dtype=torch.float64, device=u.device)
-    base = _row_offset(torch.zeros(u.shape, dtype=dtype, device=u.device), pos, rows, bins)
-    floor = u.floor()
-    f = u - floor
-    k = floor.to(torch.int64).clamp_(0, bins - 1)  # NaN: see above
-    for j in range(1 - width, width + 1):
-        tap = (1 - (f - j).abs_() / width) / width
-        tap = tap if mass is None else tap.mul_(mass)
-        hist.scatter_add_(0, ((k + j).clamp_(0, bins - 1) + base).reshape(-1), tap.reshape(-1))
-    return hist, base
-
-
 def _linear_histogram_chunked(x: Tensor, pos: Tensor, relax: CurveRelaxation, from_logits: bool,
                               rows: int) -> tuple[Tensor, Tensor]:
-    """:func:`_histogram` of width 1 without masses (0/1 labels, no weights), from the scores in
+    """:func:`soft_histogram` of width 1 without masses (0/1 labels, no weights), from the scores in
     the grid's space ``x``, a slab of dim 0 at a time: the same bins and counts, sums equal up to
     float64 rounding (added chunk by chunk), with no whole-batch float64 positions. Eager, CPU."""
     bins = relax.bins
     size = 2 * rows * bins
-    idx = torch.empty(x.shape, dtype=_index_dtype(size))
+    idx = torch.empty(x.shape, dtype=bin_index_dtype(size))
     frac = torch.zeros(size, dtype=torch.float64)
     count = torch.zeros(size, dtype=torch.float64)
     step = max(1, CHUNK // max(1, x[0].numel())) if x.dim() > 1 else CHUNK
@@ -224,29 +166,17 @@ def _linear_histogram_chunked(x: Tensor, pos: Tensor, relax: CurveRelaxation, fr
         part = slice(start, start + step)
         u = _on_grid(x[part], relax, from_logits)
         k = idx[part]
-        k.copy_(u)  # u >= 0: the cast is the floor (NaN: any integer, clamped; see _histogram)
+        k.copy_(u)  # u >= 0: the cast is the floor (NaN: any integer, clamped; see soft_histogram)
         f = u.frac_()
         if k.numel() and int(k.max()) >= bins - 1:
             f.masked_fill_(k >= bins - 1, 1.0)  # the top grid point: all to bin T - 1
         k.clamp_(0, bins - 2)
-        flat = _row_offset(k, pos[part], rows, bins).reshape(-1)
+        flat = add_row_offsets(k, pos[part], rows, bins).reshape(-1)
         frac += torch.bincount(flat, weights=f.reshape(-1), minlength=size)
         count += torch.bincount(flat, minlength=size)
     hist = count.sub_(frac)
     hist[1:] += frac[:-1]  # k + 1 stays in its row: frac is 0 at each row's last bin
     return hist, idx.reshape(-1)
-
-
-def _tap_adjoint(u: Tensor, base: Tensor, adj: Tensor, bins: int, width: int) -> Tensor:
-    """``dL/du`` of every element of a ``width > 1`` kernel: ``adj`` holds ``dL/dhist``."""
-    floor = u.floor()
-    f = u - floor
-    k = floor.to(torch.int64)
-    grad = torch.zeros_like(u)
-    for j in range(1 - width, width + 1):
-        slope = torch.sign(f - j).neg_() / (width * width)
-        grad += adj.index_select(0, ((k + j).clamp_(0, bins - 1) + base).reshape(-1)).view(u.shape) * slope
-    return grad
 
 
 def _reverse_cumsum(h: Tensor) -> Tensor:
@@ -271,13 +201,13 @@ class SoftCurve(torch.autograd.Function):
             hist, idx = _linear_histogram_chunked(x, pos, relax, from_logits, rows)
         elif hard:
             u = _on_grid(x, relax, from_logits)
-            hist, idx = _histogram(u, pos, w64, rows, bins, width)
+            hist, idx = soft_histogram(u, pos, w64, rows, bins, width)
         else:  # soft labels: each element once as a negative of mass (1 - y) w, once as a positive
             y64 = y.to(torch.float64)
             mass = torch.cat((1 - y64, y64) if w64 is None else ((1 - y64) * w64, y64 * w64))
             pos = torch.cat((torch.zeros_like(y, dtype=torch.bool), torch.ones_like(y, dtype=torch.bool)))
             u = _on_grid(x, relax, from_logits)
-            hist, idx = _histogram(torch.cat((u, u)), pos, mass, rows, bins, width)
+            hist, idx = soft_histogram(torch.cat((u, u)), pos, mass, rows, bins, width)
         if not torch.compiler.is_compiling() and not bool(torch.isfinite(hist).all()):  # data: not traced
             raise MetricError("scores hold NaN (or, as probabilities, infinite) values; the curve cannot "
                               "be formed (check the model's outputs)")
@@ -314,7 +244,7 @@ class SoftCurve(torch.autograd.Function):
                 grad = shifted.index_select(0, idx).view(-1, *shape[1:])
         else:
             adj = g.view(-1, bins).cumsum(-1).view(-1).mul_(scale)
-            grad = _tap_adjoint(u if hard else torch.cat((u, u)), idx, adj, bins, width).to(work)
+            grad = tap_adjoint(u if hard else torch.cat((u, u)), idx, adj, bins, width).to(work)
         if not hard:  # the negatives' half weighted by 1 - y, the positives' by y
             grad = torch.lerp(grad[:n], grad[n:], y.to(work))
         if d is not None:
