@@ -18,6 +18,7 @@ import sympy
 from ..errors import MetricError
 from ..language.curve import TOTALS, Area, AreaWithin, Best, BestWhere, CurveReduction, Steps, reductions
 from ..language.symbols import COUNTS, EPS
+from ..runtime.options import CURVE_DEFAULTS
 from .counts import guard, undefined_where
 
 __all__ = ["DEFAULT_TAU", "DEFAULT_TAU_GATE", "NEXT", "TAU", "TAU_GATE", "OuterForm", "PairTerm", "PointTerm",
@@ -31,7 +32,7 @@ TAU = sympy.Symbol("tau", positive=True)
 TAU_GATE = sympy.Symbol("tau_gate", positive=True)
 #: Their documented defaults: tau_gate well below tau, so in the weights violating the bound by
 #: delta costs as much as f lower by delta * tau / tau_gate (10 delta) and the gate wins over f.
-DEFAULT_TAU, DEFAULT_TAU_GATE = 0.01, 0.001
+DEFAULT_TAU, DEFAULT_TAU_GATE = CURVE_DEFAULTS["tau"], CURVE_DEFAULTS["tau_gate"]
 _NONNEG = {s: sympy.Symbol(s.name, nonnegative=True) for s in [*COUNTS.values(), *NEXT.values()]}
 _BACK = {v: k for k, v in _NONNEG.items()}
 

@@ -26,6 +26,7 @@ from ..errors import MetricError, suggest
 from .counts import CHUNK
 from .curve_histogram import add_row_offsets, bin_index_dtype, soft_histogram, tap_adjoint
 from .distributed import CountPool, count_pool, sync_counts
+from .options import CURVE_DEFAULTS
 
 CURVE_SPACES = ("probability", "logit")
 #: Past this logit, sigmoid(-z) in softplus_backward is taken as 1 (e^-40 < 2^-53).
@@ -63,11 +64,11 @@ class CurveRelaxation:
     space: str
     clip: float
 
-    def __init__(self, bins: int = 256, width: float = 1.0, space: str = "probability",
-                 clip: float = 8.0) -> None:
+    def __init__(self, bins: int = CURVE_DEFAULTS["bins"], width: float = CURVE_DEFAULTS["width"],
+                 space: str = CURVE_DEFAULTS["space"], clip: float = CURVE_DEFAULTS["clip"]) -> None:
         if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or not 2 <= bins <= 1 << 24:
             raise MetricError(f"CurveRelaxation bins must be an int in [2, 16777216] (the number of "
-                              f"thresholds; 256 is the default), got {bins!r}")
+                              f"thresholds; {CURVE_DEFAULTS['bins']} is the default), got {bins!r}")
         w = _real_option(width, "width", "kernel half-width in bins: 1, 2, 3, ...")
         if w < 1 or w != int(w) or w > bins - 1:
             raise MetricError(f"CurveRelaxation width must be a whole number of bins from 1 to bins - 1 "

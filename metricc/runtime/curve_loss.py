@@ -22,7 +22,7 @@ from ..errors import MetricError
 from .counts import wide_dtype, zero_one
 from .curve import CurvePool, CurveRelaxation, SoftCurve
 from .loss_base import StatisticLoss
-from .options import check_number, look_up_option
+from .options import CURVE_DEFAULTS, check_number, look_up_option
 from .weights import validate_weight
 
 #: The relaxations of a curve loss (one today: the soft histogram of :class:`CurveRelaxation`).
@@ -35,7 +35,8 @@ CURVE_AVERAGES = ("macro", "weighted")
 class SmoothMax:
     """The temperatures of the smooth ``best()``: ``tau`` for the log-mean-exp over
     thresholds, ``tau_gate`` for the gate of a bound (``docs/curve.md``; defaults 0.01 and
-    0.001, the analysis's ``DEFAULT_TAU``, ``DEFAULT_TAU_GATE``). Immutable.
+    0.001 from :data:`~metricc.runtime.options.CURVE_DEFAULTS`, as the analysis's
+    ``DEFAULT_TAU``, ``DEFAULT_TAU_GATE``). Immutable.
 
     >>> SmoothMax()
     SmoothMax(tau=0.01, tau_gate=0.001)
@@ -45,12 +46,14 @@ class SmoothMax:
     tau: float
     tau_gate: float
 
-    def __init__(self, tau: float = 0.01, tau_gate: float = 0.001) -> None:
+    def __init__(self, tau: float = CURVE_DEFAULTS["tau"],
+                 tau_gate: float = CURVE_DEFAULTS["tau_gate"]) -> None:
         for name, value in (("tau", tau), ("tau_gate", tau_gate)):
             x = check_number(name, value, positive=True)
             if not 0 < x <= 10:
                 raise MetricError(f"{name} must be in (0, 10] (a temperature on the metric's scale; "
-                                  f"defaults tau=0.01, tau_gate=0.001), got {value!r}")
+                                  f"defaults tau={CURVE_DEFAULTS['tau']}, "
+                                  f"tau_gate={CURVE_DEFAULTS['tau_gate']}), got {value!r}")
             object.__setattr__(self, name, x)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -133,12 +136,12 @@ class CurveLoss(StatisticLoss):
         self,
         relaxation: str = "histogram",
         *,
-        bins: int = 256,
-        width: float = 1.0,
-        space: str = "probability",
-        clip: float = 8.0,
-        tau: float = 0.01,
-        tau_gate: float = 0.001,
+        bins: int = CURVE_DEFAULTS["bins"],
+        width: float = CURVE_DEFAULTS["width"],
+        space: str = CURVE_DEFAULTS["space"],
+        clip: float = CURVE_DEFAULTS["clip"],
+        tau: float = CURVE_DEFAULTS["tau"],
+        tau_gate: float = CURVE_DEFAULTS["tau_gate"],
         from_logits: bool = False,
         mode: str = "binary",
         average: str = "macro",
@@ -153,7 +156,8 @@ class CurveLoss(StatisticLoss):
                          validate_args=validate_args, sync_dist=sync_dist,
                          process_group=process_group, memory_decay=memory_decay)
         if isinstance(relaxation, CurveRelaxation):
-            if (bins, width, space, clip) != (256, 1.0, "probability", 8.0):
+            grid = {"bins": bins, "width": width, "space": space, "clip": clip}
+            if any(grid[k] != CURVE_DEFAULTS[k] for k in grid):
                 raise MetricError("give the grid either as a CurveRelaxation or as bins/width/space/"
                                   "clip, not both")
             self.relax = relaxation

@@ -22,6 +22,14 @@ MULTIDIM_AVERAGES = ("global", "samplewise")
 MODES = ("binary", "multiclass", "multilabel")
 AVERAGES = ("micro", "macro", "weighted", "none")
 
+#: The curve losses' defaults, the one place they are written: the soft curve's grid
+#: (:class:`~metricc.runtime.curve.CurveRelaxation`: ``bins`` thresholds, kernel half-width
+#: ``width`` in bins, ``space``, logit ``clip``) and the smooth ``best()``'s temperatures
+#: (:class:`~metricc.runtime.curve_loss.SmoothMax`, the analysis's ``DEFAULT_TAU``). Swept on
+#: the development sets in ``docs/curve_defaults.md``.
+CURVE_DEFAULTS: dict[str, Any] = {"bins": 256, "width": 1.0, "space": "probability", "clip": 8.0,
+                                  "tau": 0.01, "tau_gate": 0.001}
+
 #: The allowed values of every string option, by option name.
 CHOICES: dict[str, tuple[str, ...]] = {
     "relaxation": RELAXATION_NAMES,
