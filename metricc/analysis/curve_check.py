@@ -26,6 +26,7 @@ from ..language.curve import TOTALS, CurveReduction, reductions
 from ..language.symbols import COUNTS
 from .counts_check import check as check_counts
 from .domain import reductions_domain_problem
+from .sampled import sampled_direction, sampled_wrong_way
 
 __all__ = ["CurveCheckReport", "check", "curve_domain_problem", "local_directions", "sample_curves",
            "sampled_direction", "sampled_wrong_way"]
@@ -92,20 +93,6 @@ class CurveCheckReport:
         return "\n".join(lines)
 
 
-def sampled_wrong_way(moves: dict[str, str], higher_is_better: bool, rises: str, sampled: str
-                      ) -> dict[str, str]:
-    """``{move: why}`` for each of the sampled ``moves`` (``FN->TP``, ``TN->FP``) whose direction
-    goes against training; ``rises`` and ``sampled`` say where a score rises and how it was seen."""
-    out = {}
-    for move, direction in moves.items():
-        up = move == "FN->TP"
-        bad = "decreasing" if up == higher_is_better else "increasing"
-        if direction == bad:
-            who = "positive" if up else "negative"
-            out[move] = f"the metric is {bad} as a {who}'s score {rises} ({move}, {sampled})"
-    return out
-
-
 def sample_curves(samples: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
     """Random monotone curves ``(TP, FP, P, N)`` (float64, ``(R, T)`` and ``(R,)``) for
     ``T = 3 .. 24``: ``TP_0 = P``, ``FP_0 = N``, non-increasing, some ending at 0, some with
@@ -126,20 +113,6 @@ def sample_curves(samples: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
             curves.append(np.minimum.accumulate(np.maximum(c, 0.0), axis=1))
         out.append((curves[0], curves[1], P, N))
     return out
-
-
-def sampled_direction(values: np.ndarray, scale: float) -> str:
-    """``increasing``, ``decreasing``, ``constant`` or ``mixed``: the signs of sampled
-    directional derivatives (``scale``: the largest gradient seen, for the tolerance)."""
-    tol = 1e-9 * max(scale, 1e-300)
-    lo, hi = float(values.min(initial=0.0)), float(values.max(initial=0.0))
-    if lo >= -tol and hi <= tol:
-        return "constant"
-    if lo >= -tol:
-        return "increasing"
-    if hi <= tol:
-        return "decreasing"
-    return "mixed"
 
 
 def _range_sums(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

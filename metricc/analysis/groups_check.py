@@ -21,8 +21,8 @@ import numpy as np
 import sympy
 
 from ..language.groups import Gap, VsRest
-from .curve_check import sampled_direction, sampled_wrong_way
 from .groups import group_forms
+from .sampled import sampled_direction, sampled_wrong_way
 
 __all__ = ["GroupCheckReport", "check", "sample_group_counts"]
 
