@@ -42,7 +42,8 @@ for binary), which load that comes and goes hits alike.
   ``imbalanced_losses`` imports (``pip install --no-deps imbalanced-losses``).
 
 ``--compile`` adds a table of BCE, AUROC and AP each under ``torch.compile(fullgraph=True)``,
-whose ratios are to the compiled BCE.
+whose ratios are to the compiled BCE, with the eager BCE in the same rounds (so a compiled loss's
+ratio to the eager BCE is its ratio over that row's).
 
 Timing and memory as ``bench_loss.py``: interleaved rounds in a new random order each, timed
 by the process's CPU time (``time.process_time``: another process's load is not counted,
@@ -242,7 +243,9 @@ def run_compiled(sizes: list[int], rounds: int, warmup: int) -> list[list[str]]:
         x = (torch.randn(n, generator=g) + 1.5 * y).requires_grad_()
         bce = torch.compile(torch.nn.BCEWithLogitsLoss(), fullgraph=True)
         yf = y.float()
+        eager = torch.nn.BCEWithLogitsLoss()
         losses = {"compiled BCEWithLogits": lambda x, y, yf=yf, bce=bce: bce(x, yf),
+                  "BCEWithLogits (eager)": lambda x, y, yf=yf, eager=eager: eager(x, yf),
                   "compiled metricc AUROC": torch.compile(metricc_loss("auroc"), fullgraph=True),
                   "compiled metricc AP": torch.compile(metricc_loss("average_precision"), fullgraph=True)}
         times, peaks = measure(losses, x, y, rounds, warmup)
