@@ -102,9 +102,11 @@ class CountsScoring:
         0.5
         """
         from .evaluate.counts import score
+        from .runtime.modes import look_up_mode
 
+        mode = look_up_mode(mode)  # the one check; score and its stages take the object
         num_classes = class_count(num_classes, num_labels)
-        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+        if mode.exclusive and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
             raise MetricError(micro_tn_refusal(self.name))
         return score(self.value, preds, target, threshold, zero_division=zero_division,
                      mode=mode, average=average, ignore_index=ignore_index, classes=classes,
@@ -152,10 +154,13 @@ class CountsScoring:
         >>> round(float(iou.compute()), 4)   # (1 + 0 + 1/3) / 3
         0.4444
         """
-        num_classes = class_count(num_classes, num_labels)
-        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
-            raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
         from .evaluate.scale import DEFAULT_THRESHOLD, refuse_multiclass_threshold
+        from .runtime.modes import look_up_mode
+
+        mode = look_up_mode(mode)  # the one check; the stateful metric keeps the object
+        num_classes = class_count(num_classes, num_labels)
+        if mode.exclusive and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+            raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
 
         refuse_multiclass_threshold(mode, threshold)
         threshold = DEFAULT_THRESHOLD if threshold is None else threshold
