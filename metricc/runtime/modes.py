@@ -221,49 +221,44 @@ class Mode(str):
     """How a loss, ``score`` or stateful metric reads ``(input, target)``: one instance per
     mode, got from the user's string by :func:`look_up_mode`. A ``str`` (its name), so
     comparisons, reprs and dict keys behave as the string did; it pickles as the string (a
-    holder looks it up again when unpickled, as for the strings of older pickles)."""
+    holder looks it up again when unpickled, as for the strings of older pickles).
 
-    __slots__ = ()
-    name: ClassVar[str] = ""  # the mode's name: the string itself
-    #: The input is ``(N, C, *)``, classes on dim 1 (binary: ``(N, *)``, one class), so
-    #: ``classes``, ``class_weights`` and the averages over classes apply.
+    What the mode decides (class attributes): ``name``; ``class_dim``: the input is
+    ``(N, C, *)``, classes on dim 1 (binary: ``(N, *)``, one class), so ``classes``,
+    ``class_weights`` and the averages over classes apply; ``exclusive``: the classes exclude
+    each other (softmax probabilities, the argmax as the hard prediction, targets that may be
+    class indices ``(N, *)``, so an ``ignore_index`` of 0 or 1 is a class, not a label);
+    ``relaxation``: a loss's default; ``cross_entropy``: the one that reads the input as this
+    mode does (``WarmStart``'s base); ``activation``: how probabilities are made from logits,
+    as hints name it; ``min_classes``: the fewest classes on dim 1. Its stages:
+    :meth:`validate`, the free shape checks (no data read) :func:`validate_inputs` runs, and
+    ``rows``, the ``(N, K, M)`` rows of the mode (:func:`class_rows` selects the classes).
+    """
+
+    name: ClassVar[str] = ""
     class_dim: ClassVar[bool] = False
-    #: The classes exclude each other: softmax probabilities, the argmax as the hard
-    #: prediction, and targets that may be class indices ``(N, *)`` (any integer, so an
-    #: ``ignore_index`` of 0 or 1 is a class, not a label).
     exclusive: ClassVar[bool] = False
-    #: The relaxation a loss uses when none is given.
     relaxation: ClassVar[str] = "anyloss"
-    #: The cross-entropy that reads the input as this mode does (``WarmStart``'s base).
     cross_entropy: ClassVar[str] = "bce"
-    #: How probabilities are made from logits, as a hint names it.
     activation: ClassVar[str] = "sigmoid"
-    #: The fewest classes on dim 1 (``num_classes``) the mode takes.
     min_classes: ClassVar[int] = 1
+    rows: Callable[..., ClassRows]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (str, (self.name,))  # the plain string, as before modes were objects
 
-    def __copy__(self) -> Mode:
+    def __deepcopy__(self, memo: Any = None) -> Mode:
         return self  # one object per mode
 
-    def __deepcopy__(self, memo: Any) -> Mode:
-        return self
+    __copy__ = __deepcopy__
 
     def validate(self, input: Tensor, target: Tensor) -> None:
-        """The free shape checks of this mode (no data read), run by :func:`validate_inputs`."""
-
-    def rows(self, input: Tensor, target: Tensor, from_logits: bool, ignore_index: int | None,
-               need_hard: bool = True, threshold: float = 0.5, labels_checked: bool = False,
-               index_labels: bool = False, class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
-        """``(N, K, M)`` rows of this mode (see :func:`class_rows`, which selects classes)."""
-        raise NotImplementedError
+        pass
 
 
 class BinaryMode(Mode):
     """``(N, *)`` scores against ``(N, *)`` 0/1 labels: one class."""
 
-    __slots__ = ()
     name = "binary"
 
     def validate(self, input: Tensor, target: Tensor) -> None:
@@ -271,8 +266,7 @@ class BinaryMode(Mode):
             binary_validate(input, target)
 
     def rows(self, input: Tensor, target: Tensor, from_logits: bool, ignore_index: int | None,
-               need_hard: bool = True, threshold: float = 0.5, labels_checked: bool = False,
-               index_labels: bool = False, class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
+             need_hard: bool = True, threshold: float = 0.5, *_: Any) -> ClassRows:
         """``(N, 1, M)`` rows of one class; ``mask`` is False where the target is ignored."""
         n = input.shape[0] if input.dim() > 0 else 1
         m = math.prod(input.shape[1:])  # not -1: an empty shard (n = 0) has no inferable size
@@ -283,7 +277,6 @@ class BinaryMode(Mode):
 class MultilabelMode(Mode):
     """``(N, C, *)`` scores against ``(N, C, *)`` 0/1 labels: independent classes."""
 
-    __slots__ = ()
     name = "multilabel"
     class_dim = True
 
@@ -291,8 +284,7 @@ class MultilabelMode(Mode):
         multilabel_validate(input, target)
 
     def rows(self, input: Tensor, target: Tensor, from_logits: bool, ignore_index: int | None,
-               need_hard: bool = True, threshold: float = 0.5, labels_checked: bool = False,
-               index_labels: bool = False, class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
+             need_hard: bool = True, threshold: float = 0.5, *_: Any) -> ClassRows:
         """``(N, C, M)`` rows, one independent 0/1 label per class and element."""
         n, c = input.shape[:2]
         if target.shape != input.shape:
@@ -308,7 +300,6 @@ class MulticlassMode(Mode):
     """``(N, C, *)`` scores against class indices ``(N, *)`` or one-hot/soft labels
     ``(N, C, *)``: one class per element."""
 
-    __slots__ = ()
     name = "multiclass"
     class_dim = True
     exclusive = True
@@ -318,8 +309,8 @@ class MulticlassMode(Mode):
     min_classes = 2
 
     def rows(self, input: Tensor, target: Tensor, from_logits: bool, ignore_index: int | None,
-               need_hard: bool = True, threshold: float = 0.5, labels_checked: bool = False,
-               index_labels: bool = False, class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
+             need_hard: bool = True, threshold: float = 0.5, labels_checked: bool = False,
+             index_labels: bool = False, class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
         """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
 
         Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
@@ -377,7 +368,6 @@ class MulticlassMode(Mode):
 BINARY = BinaryMode(BinaryMode.name)
 MULTICLASS = MulticlassMode(MulticlassMode.name)
 MULTILABEL = MultilabelMode(MultilabelMode.name)
-#: Each mode's object by its name (a :class:`Mode` is its name: either finds it).
 MODE_OBJECTS: dict[str, Mode] = {m.name: m for m in (BINARY, MULTICLASS, MULTILABEL)}
 
 
