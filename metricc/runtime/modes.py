@@ -2,8 +2,9 @@
 
 One :class:`Mode` per mode (:data:`BINARY`, :data:`MULTICLASS`, :data:`MULTILABEL`), a ``str``
 subclass equal to its name, carrying what code once decided by comparing names (a class dim?
-exclusive classes? the default relaxation and cross-entropy) and its ``validate``/``rows``
-stages (one pair per mode, as torchmetrics' ``stat_scores`` has them). :func:`look_up_mode`
+exclusive classes? the default relaxation and cross-entropy) and its ``validate`` stage; its
+``_<mode>_format`` stage (one pair per mode, as torchmetrics' ``stat_scores`` has them) is
+picked by those attributes. :func:`look_up_mode`
 turns the user's string into its object once, at the API boundary; the loss then runs
 :func:`validate_inputs` and :func:`class_rows`. How the rows' losses are averaged is in ``averages``.
 """
@@ -158,7 +159,7 @@ def class_rows(input: Tensor, target: Tensor, mode: Mode, from_logits: bool,
     place of the softmax (a class-wise relaxation); its output is counted as it is.
     """
     if not mode.class_dim:
-        return mode.rows(input, target, from_logits, ignore_index, need_hard, threshold)
+        return _binary_format(input, target, from_logits, ignore_index, need_hard, threshold)
     if input.dim() < 2:
         raise MetricError(f"mode={mode!r} needs input of shape (N, C, *) with classes on dim 1, "
                           f"got {tuple(input.shape)}; for one class per element use "
@@ -168,8 +169,11 @@ def class_rows(input: Tensor, target: Tensor, mode: Mode, from_logits: bool,
     w_t = None if weights is None else torch.tensor(weights, dtype=torch.float64,
                                                      device=input.device)
     idx = None if chosen is None else torch.tensor(chosen, device=input.device)
-    r = mode.rows(input, target, from_logits, ignore_index, need_hard, threshold,
-                    labels_checked, index_labels and chosen is None, class_step)
+    if mode.exclusive:
+        r = _multiclass_format(input, target, from_logits, ignore_index, need_hard,
+                               labels_checked, index_labels and chosen is None, class_step)
+    else:
+        r = _multilabel_format(input, target, from_logits, ignore_index, need_hard, threshold)
 
     def pick(t: Tensor) -> Tensor:
         return t if idx is None or t.shape[1] == 1 else t.index_select(1, idx)
@@ -207,16 +211,6 @@ def binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("in
                           f"{tuple(input.shape)} and {tuple(target.shape)}{hint}")
 
 
-def _label_rows(s: Tensor, t: Tensor, from_logits: bool, ignore_index: int | None,
-                need_hard: bool, threshold: float) -> ClassRows:
-    """Rows of independent labels (binary, multilabel): hard predictions by threshold."""
-    mask = None if ignore_index is None else t != ignore_index
-    y = t.to(s.dtype) if mask is None else torch.where(mask, t.to(s.dtype), 0.0)
-    cut = 0.0 if from_logits else threshold
-    hard = s >= cut if need_hard else None
-    return ClassRows(s, y, mask, hard, from_logits, None, s.detach(), cut, None)
-
-
 class Mode(str):
     """How a loss, ``score`` or stateful metric reads ``(input, target)``: one instance per
     mode, got from the user's string by :func:`look_up_mode`. A ``str`` (its name), so
@@ -230,9 +224,10 @@ class Mode(str):
     class indices ``(N, *)``, so an ``ignore_index`` of 0 or 1 is a class, not a label);
     ``relaxation``: a loss's default; ``cross_entropy``: the one that reads the input as this
     mode does (``WarmStart``'s base); ``activation``: how probabilities are made from logits,
-    as hints name it; ``min_classes``: the fewest classes on dim 1. Its stages:
-    :meth:`validate`, the free shape checks (no data read) :func:`validate_inputs` runs, and
-    ``rows``, the ``(N, K, M)`` rows of the mode (:func:`class_rows` selects the classes).
+    as hints name it; ``min_classes``: the fewest classes on dim 1. :meth:`validate` is its
+    first stage, the free shape checks (no data read) :func:`validate_inputs` runs; the second,
+    its ``_<mode>_format``, :func:`class_rows` picks by ``class_dim`` and ``exclusive`` (module
+    functions: a standalone K x K or curve file, whose loss only validates, leaves them out).
     """
 
     name: ClassVar[str] = ""
@@ -242,7 +237,6 @@ class Mode(str):
     cross_entropy: ClassVar[str] = "bce"
     activation: ClassVar[str] = "sigmoid"
     min_classes: ClassVar[int] = 1
-    rows: Callable[..., ClassRows]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (str, (self.name,))  # the plain string, as before modes were objects
@@ -265,14 +259,6 @@ class BinaryMode(Mode):
         if not single_channel(input, target):
             binary_validate(input, target)
 
-    def rows(self, input: Tensor, target: Tensor, from_logits: bool, ignore_index: int | None,
-             need_hard: bool = True, threshold: float = 0.5, *_: Any) -> ClassRows:
-        """``(N, 1, M)`` rows of one class; ``mask`` is False where the target is ignored."""
-        n = input.shape[0] if input.dim() > 0 else 1
-        m = math.prod(input.shape[1:])  # not -1: an empty shard (n = 0) has no inferable size
-        return _label_rows(input.reshape(n, 1, m), target.reshape(n, 1, m), from_logits,
-                           ignore_index, need_hard, threshold)
-
 
 class MultilabelMode(Mode):
     """``(N, C, *)`` scores against ``(N, C, *)`` 0/1 labels: independent classes."""
@@ -282,18 +268,6 @@ class MultilabelMode(Mode):
 
     def validate(self, input: Tensor, target: Tensor) -> None:
         multilabel_validate(input, target)
-
-    def rows(self, input: Tensor, target: Tensor, from_logits: bool, ignore_index: int | None,
-             need_hard: bool = True, threshold: float = 0.5, *_: Any) -> ClassRows:
-        """``(N, C, M)`` rows, one independent 0/1 label per class and element."""
-        n, c = input.shape[:2]
-        if target.shape != input.shape:
-            raise MetricError(f"mode='multilabel' needs target of the input's shape "
-                              f"{tuple(input.shape)} (one 0/1 label per class), got "
-                              f"{tuple(target.shape)}")
-        m = math.prod(input.shape[2:])
-        return _label_rows(input.reshape(n, c, m), target.reshape(n, c, m), from_logits,
-                           ignore_index, need_hard, threshold)
 
 
 class MulticlassMode(Mode):
@@ -308,61 +282,97 @@ class MulticlassMode(Mode):
     activation = "softmax(input, 1)"
     min_classes = 2
 
-    def rows(self, input: Tensor, target: Tensor, from_logits: bool, ignore_index: int | None,
-             need_hard: bool = True, threshold: float = 0.5, labels_checked: bool = False,
-             index_labels: bool = False, class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
-        """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
 
-        Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
-        the hard prediction is the argmax. The rows hold probabilities, so the
-        returned ``from_logits`` is False.
-        """
-        err = MetricError
-        dtype = input.dtype
-        n, c = input.shape[:2]
-        if c < self.min_classes:
-            raise err(f"mode='multiclass' needs at least 2 classes on dim 1, got input of shape "
-                      f"{tuple(input.shape)}; for a single class use mode='binary'")
-        index_shape = input.shape[:1] + input.shape[2:]
-        if class_step is not None:
-            p = class_step(input)
-            dtype = p.dtype
+def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
+                   ignore_index: int | None, need_hard: bool = True, threshold: float = 0.5
+                   ) -> ClassRows:
+    """``(N, 1, M)`` rows of one class; ``mask`` is False where the target is ignored."""
+    n = input.shape[0] if input.dim() > 0 else 1
+    m = math.prod(input.shape[1:])  # not -1: an empty shard (n = 0) has no inferable size
+    return _label_rows(input.reshape(n, 1, m), target.reshape(n, 1, m), from_logits,
+                       ignore_index, need_hard, threshold)
+
+
+def _label_rows(s: Tensor, t: Tensor, from_logits: bool, ignore_index: int | None,
+                need_hard: bool, threshold: float) -> ClassRows:
+    """Rows of independent labels (binary, multilabel): hard predictions by threshold."""
+    mask = None if ignore_index is None else t != ignore_index
+    y = t.to(s.dtype) if mask is None else torch.where(mask, t.to(s.dtype), 0.0)
+    cut = 0.0 if from_logits else threshold
+    hard = s >= cut if need_hard else None
+    return ClassRows(s, y, mask, hard, from_logits, None, s.detach(), cut, None)
+
+
+def _multilabel_format(input: Tensor, target: Tensor, from_logits: bool,
+                       ignore_index: int | None, need_hard: bool = True, threshold: float = 0.5
+                       ) -> ClassRows:
+    """``(N, C, M)`` rows, one independent 0/1 label per class and element."""
+    n, c = input.shape[:2]
+    if target.shape != input.shape:
+        raise MetricError(f"mode='multilabel' needs target of the input's shape "
+                          f"{tuple(input.shape)} (one 0/1 label per class), got "
+                          f"{tuple(target.shape)}")
+    m = math.prod(input.shape[2:])
+    return _label_rows(input.reshape(n, c, m), target.reshape(n, c, m), from_logits,
+                       ignore_index, need_hard, threshold)
+
+
+def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
+                       ignore_index: int | None, need_hard: bool = True,
+                       labels_checked: bool = False, index_labels: bool = False,
+                       class_step: Callable[[Tensor], Tensor] | None = None) -> ClassRows:
+    """``(N, C, M)`` softmax probabilities (when ``from_logits``) against one-hot labels.
+
+    Targets are class indices ``(N, *)`` or one-hot/soft labels ``(N, C, *)``;
+    the hard prediction is the argmax. The rows hold probabilities, so the
+    returned ``from_logits`` is False.
+    """
+    err = MetricError
+    dtype = input.dtype
+    n, c = input.shape[:2]
+    if c < 2:
+        raise err(f"mode='multiclass' needs at least 2 classes on dim 1, got input of shape "
+                  f"{tuple(input.shape)}; for a single class use mode='binary'")
+    index_shape = input.shape[:1] + input.shape[2:]
+    if class_step is not None:
+        p = class_step(input)
+        dtype = p.dtype
+    else:
+        p = torch.softmax(input, dim=1) if from_logits else input
+    m = math.prod(input.shape[2:])
+    s = p.reshape(n, c, m)
+    labels = torch.arange(c, device=input.device).view(1, c, 1)
+    # argmax of the logits is the argmax of the softmax: presence is decided on the input
+    scores = input.detach().reshape(n, c, m)
+    # max(1).indices is that argmax (first maximum on ties, too) but several times faster
+    # on CPU than argmax(1); the loss does without it (see averages.predicted)
+    hard = scores.max(1).indices.unsqueeze(1) == labels if need_hard else None
+    if target.shape == input.shape:
+        if ignore_index is not None:
+            raise err("ignore_index applies to class-index targets of shape (N, *); with "
+                      "one-hot targets (N, C, *) pass class indices (target.argmax(1) with "
+                      "the ignored elements set to ignore_index) instead")
+        y = target.reshape(n, c, m).to(dtype)
+        mask = None
+    elif target.shape == index_shape:
+        if target.is_floating_point() or target.is_complex():
+            raise err(f"class-index targets of shape {tuple(index_shape)} must be an integer "
+                      f"tensor, got {target.dtype}; use target.long(), or pass one-hot "
+                      f"targets of shape {tuple(input.shape)}")
+        t = target.reshape(n, 1, m)
+        if ignore_index is None and index_labels:
+            return ClassRows(s, compact_indices(t, c), None, hard, False, None, scores, None, None)
+        if labels_checked and ignore_index is None and not torch.compiler.is_compiling():
+            # one pass instead of a comparison and a conversion (which Inductor fuses)
+            y = torch.zeros_like(s).scatter_(1, t if t.dtype == torch.int64 else t.long(), 1.0)
         else:
-            p = torch.softmax(input, dim=1) if from_logits else input
-        m = math.prod(input.shape[2:])
-        s = p.reshape(n, c, m)
-        labels = torch.arange(c, device=input.device).view(1, c, 1)
-        # argmax of the logits is the argmax of the softmax: presence is decided on the input
-        scores = input.detach().reshape(n, c, m)
-        # max(1).indices is that argmax (first maximum on ties, too) but several times faster
-        # on CPU than argmax(1); the loss does without it (see averages.predicted)
-        hard = scores.max(1).indices.unsqueeze(1) == labels if need_hard else None
-        if target.shape == input.shape:
-            if ignore_index is not None:
-                raise err("ignore_index applies to class-index targets of shape (N, *); with "
-                          "one-hot targets (N, C, *) pass class indices (target.argmax(1) with "
-                          "the ignored elements set to ignore_index) instead")
-            y = target.reshape(n, c, m).to(dtype)
-            mask = None
-        elif target.shape == index_shape:
-            if target.is_floating_point() or target.is_complex():
-                raise err(f"class-index targets of shape {tuple(index_shape)} must be an integer "
-                          f"tensor, got {target.dtype}; use target.long(), or pass one-hot "
-                          f"targets of shape {tuple(input.shape)}")
-            t = target.reshape(n, 1, m)
-            if ignore_index is None and index_labels:
-                return ClassRows(s, compact_indices(t, c), None, hard, False, None, scores, None, None)
-            if labels_checked and ignore_index is None and not torch.compiler.is_compiling():
-                # one pass instead of a comparison and a conversion (which Inductor fuses)
-                y = torch.zeros_like(s).scatter_(1, t if t.dtype == torch.int64 else t.long(), 1.0)
-            else:
-                y = (t == labels).to(dtype)
-            mask = None if ignore_index is None else t != ignore_index
-        else:
-            raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
-                      f"indices) or {tuple(input.shape)} (one-hot or soft), got "
-                      f"{tuple(target.shape)}")
-        return ClassRows(s, y, mask, hard, False, None, scores, None, None)
+            y = (t == labels).to(dtype)
+        mask = None if ignore_index is None else t != ignore_index
+    else:
+        raise err(f"mode='multiclass' needs target of shape {tuple(index_shape)} (class "
+                  f"indices) or {tuple(input.shape)} (one-hot or soft), got "
+                  f"{tuple(target.shape)}")
+    return ClassRows(s, y, mask, hard, False, None, scores, None, None)
 
 
 BINARY = BinaryMode(BinaryMode.name)
