@@ -15,7 +15,7 @@ from .errors import MetricError
 from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
 from .language.symbols import COUNTS
 from .library import micro_tn_refusal
-from .runtime.options import class_count
+from .runtime.options import DEFAULT_MODE, class_count
 
 if TYPE_CHECKING:
     import sympy
@@ -66,7 +66,7 @@ class CountsScoring:
 
     @checked_keywords()
     def score(self, preds: Any, target: Any, threshold: float | None = None, *,
-              zero_division: float | None = None, mode: str = "binary",
+              zero_division: float | None = None, mode: str = DEFAULT_MODE,
               average: str = "macro", ignore_index: int | None = None, classes: Any = None,
               class_weights: Any = None, num_classes: int | None = None,
               from_logits: bool = False, multidim_average: str = "global",
@@ -115,7 +115,7 @@ class CountsScoring:
                      reduction=reduction)
 
     @checked_keywords(TORCHMETRICS_OPTIONS)
-    def metric(self, *, mode: str = "binary", num_classes: int | None = None,
+    def metric(self, *, mode: str = DEFAULT_MODE, num_classes: int | None = None,
                threshold: float | None = None, from_logits: bool = False, average: str = "macro",
                multidim_average: str = "global", ignore_index: int | None = None,
                classes: Any = None, class_weights: Any = None,

@@ -24,7 +24,7 @@ from .errors import MetricError
 from .facade import Metric, refusals
 from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
 from .language.curve import AreaWithin, CurveFormula, CurveReduction
-from .runtime.options import class_count
+from .runtime.options import DEFAULT_MODE, class_count
 
 if TYPE_CHECKING:
     from .runtime.curve_loss import CurveLoss
@@ -261,7 +261,7 @@ class CurveMetric(Metric):
 
     @checked_keywords(("num_labels", "num_classes", "ignore_index", "from_logits", *TORCHMETRICS_OPTIONS))
     def metric(self, *, thresholds: Any = None, average: str | None = "macro",
-               mode: str = "binary", **kwargs: Any) -> Any:
+               mode: str = DEFAULT_MODE, **kwargs: Any) -> Any:
         """A ``torchmetrics.Metric`` of this curve formula, exact over batches and ranks
         (``thresholds=T``: binned, ``O(T)`` state); see ``metricc.evaluate.curve_stateful``."""
         try:

@@ -39,8 +39,8 @@ from torchmetrics.utilities.data import dim_zero_cat
 from ..analysis.curve_bounds import check_bounds
 from ..errors import MetricError, MetricWarning
 from ..runtime.curve_loss import CURVE_MODES
-from ..runtime.modes import BINARY, Mode, look_up_mode
-from ..runtime.options import class_count, look_up_option
+from ..runtime.modes import Mode, look_up_mode
+from ..runtime.options import DEFAULT_MODE, class_count, look_up_option
 from .curve import binned_counts, exact_curve
 from .curve_formula import evaluate_curve
 
@@ -98,7 +98,7 @@ class CurveStatefulMetric(_TorchMetric):
     hist: Tensor
 
     def __init__(self, expr: sympy.Expr, values: Mapping[str, float] | None = None, *,
-                 thresholds: Any = None, mode: str | Mode = BINARY, num_labels: int | None = None,
+                 thresholds: Any = None, mode: str | Mode = DEFAULT_MODE, num_labels: int | None = None,
                  num_classes: int | None = None, average: str | None = "macro",
                  ignore_index: int | None = None, from_logits: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)

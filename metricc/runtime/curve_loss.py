@@ -23,7 +23,7 @@ from .counts import wide_dtype, zero_one
 from .curve import CurvePool, CurveRelaxation, SoftCurve
 from .loss_base import StatisticLoss
 from .modes import look_up_mode
-from .options import CURVE_DEFAULTS, check_number, look_up_option
+from .options import CURVE_DEFAULTS, DEFAULT_MODE, check_number, look_up_option
 from .weights import validate_weight
 
 #: The relaxations of a curve loss (one today: the soft histogram of :class:`CurveRelaxation`).
@@ -146,7 +146,7 @@ class CurveLoss(StatisticLoss):
         tau: float = CURVE_DEFAULTS["tau"],
         tau_gate: float = CURVE_DEFAULTS["tau_gate"],
         from_logits: bool = False,
-        mode: str = "binary",
+        mode: str = DEFAULT_MODE,
         average: str = "macro",
         reduction: str = "mean",
         eps: float = 1e-7,

@@ -22,7 +22,7 @@ from .hints import overflow_message
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
 from .loss_base import StatisticLoss, check_rows
 from .modes import class_rows, look_up_mode, validate_inputs
-from .options import check_class_options, check_flag, look_up_option
+from .options import DEFAULT_MODE, check_class_options, check_flag, look_up_option
 from .relax import OPTION_DEFAULTS, OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
 from .symbolic import fits, host_twin, symbolic_function
@@ -110,7 +110,7 @@ class MetricLoss(StatisticLoss):
         sync_dist: bool = False,
         process_group: Any = None,
         memory_decay: float | None = None,
-        mode: str = "binary",
+        mode: str = DEFAULT_MODE,
         average: str = "macro",
         ignore_index: int | None = None,
         classes: Sequence[int] | None = None,

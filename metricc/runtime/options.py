@@ -20,6 +20,7 @@ REDUCTIONS = ("mean", "sum", "none")
 BACKWARDS = ("symbolic", "autograd")
 MULTIDIM_AVERAGES = ("global", "samplewise")
 MODES = ("binary", "multiclass", "multilabel")
+DEFAULT_MODE = "binary"  # of a loss, score() or metric() given none (K x K: multiclass only)
 AVERAGES = ("micro", "macro", "weighted", "none")
 
 #: The curve losses' defaults, the one place they are written: the soft curve's grid
