@@ -15,7 +15,7 @@ from .errors import MetricError
 from .keywords import TORCHMETRICS_OPTIONS, checked_keywords
 from .language.symbols import COUNTS
 from .library import micro_tn_refusal
-from .runtime.options import class_count
+from .runtime.options import DEFAULT_MODE, class_count
 
 if TYPE_CHECKING:
     import sympy
@@ -66,7 +66,7 @@ class CountsScoring:
 
     @checked_keywords()
     def score(self, preds: Any, target: Any, threshold: float | None = None, *,
-              zero_division: float | None = None, mode: str = "binary",
+              zero_division: float | None = None, mode: str = DEFAULT_MODE,
               average: str = "macro", ignore_index: int | None = None, classes: Any = None,
               class_weights: Any = None, num_classes: int | None = None,
               from_logits: bool = False, multidim_average: str = "global",
@@ -102,9 +102,11 @@ class CountsScoring:
         0.5
         """
         from .evaluate.counts import score
+        from .runtime.modes import look_up_mode
 
+        mode = look_up_mode(mode)  # the one check; score and its stages take the object
         num_classes = class_count(num_classes, num_labels)
-        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+        if mode.exclusive and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
             raise MetricError(micro_tn_refusal(self.name))
         return score(self.value, preds, target, threshold, zero_division=zero_division,
                      mode=mode, average=average, ignore_index=ignore_index, classes=classes,
@@ -113,7 +115,7 @@ class CountsScoring:
                      reduction=reduction)
 
     @checked_keywords(TORCHMETRICS_OPTIONS)
-    def metric(self, *, mode: str = "binary", num_classes: int | None = None,
+    def metric(self, *, mode: str = DEFAULT_MODE, num_classes: int | None = None,
                threshold: float | None = None, from_logits: bool = False, average: str = "macro",
                multidim_average: str = "global", ignore_index: int | None = None,
                classes: Any = None, class_weights: Any = None,
@@ -152,10 +154,13 @@ class CountsScoring:
         >>> round(float(iou.compute()), 4)   # (1 + 0 + 1/3) / 3
         0.4444
         """
-        num_classes = class_count(num_classes, num_labels)
-        if mode == "multiclass" and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
-            raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
         from .evaluate.scale import DEFAULT_THRESHOLD, refuse_multiclass_threshold
+        from .runtime.modes import look_up_mode
+
+        mode = look_up_mode(mode)  # the one check; the stateful metric keeps the object
+        num_classes = class_count(num_classes, num_labels)
+        if mode.exclusive and average == "micro" and COUNTS["TN"] in self.expr.free_symbols:
+            raise MetricError(micro_tn_refusal(self.name))  # as score() and loss()
 
         refuse_multiclass_threshold(mode, threshold)
         threshold = DEFAULT_THRESHOLD if threshold is None else threshold

@@ -24,7 +24,7 @@ from .errors import MetricError
 from .facade import Metric, refusals
 from .keywords import TORCHMETRICS_OPTIONS, check_passed_on, checked_keywords
 from .language.curve import AreaWithin, CurveFormula, CurveReduction
-from .runtime.options import class_count
+from .runtime.options import DEFAULT_MODE, class_count
 
 if TYPE_CHECKING:
     from .runtime.curve_loss import CurveLoss
@@ -92,27 +92,27 @@ def _score_inputs(preds: Any, target: Any, mode: str | None, n: int | None,
     the size of dim 1, ``ignore_index``'s type); the scores to rank: multiclass logits as
     their log-softmax (the softmax's order without its ties in saturation), else as given."""
     from .evaluate.threshold import as_array
-    from .runtime.options import MODES, look_up_option
+    from .runtime.modes import BINARY, MULTICLASS, MULTILABEL, look_up_mode
 
     s, t = as_array(preds, "preds"), as_array(target, "target")
-    kind = ("binary" if s.ndim == 1 else "multiclass" if s.ndim == 2 and t.shape == s.shape[:1]
-            else "multilabel" if s.ndim == 2 and t.shape == s.shape else None)
+    kind = (BINARY if s.ndim == 1 else MULTICLASS if s.ndim == 2 and t.shape == s.shape[:1]
+            else MULTILABEL if s.ndim == 2 and t.shape == s.shape else None)  # what the shapes say
     if mode is not None:
-        mode = look_up_option("mode", mode, MODES)
-        if kind is not None and mode != kind:
+        mode = look_up_mode(mode)
+        if kind is not None and mode is not kind:
             want = {"binary": "(N,) scores and (N,) 0/1 labels",
                     "multiclass": "(N, C) scores and (N,) class indices",
                     "multilabel": "(N, C) scores and (N, C) 0/1 labels"}[mode]
             raise MetricError(f"mode={mode!r} takes {want}; got preds {s.shape} and target {t.shape}")
     if n is not None:
-        if kind == "binary":
+        if kind is BINARY:
             raise MetricError("binary scores take neither num_classes nor num_labels; pass "
                               "mode='multilabel' or 'multiclass' with (N, C) scores")
         if s.ndim == 2 and s.shape[1] != n:
             raise MetricError(f"num_classes={n} but preds have {s.shape[1]} columns")
     if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
         raise MetricError(f"ignore_index must be an int or None, got {ignore_index!r}")
-    if from_logits and kind == "multiclass" and s.size:
+    if from_logits and kind is not None and kind.exclusive and s.size:
         s = s.astype(np.float64)
         s = s - np.logaddexp.reduce(s, axis=1, keepdims=True)  # log-softmax: no ties at 0 or 1
     return s
@@ -261,7 +261,7 @@ class CurveMetric(Metric):
 
     @checked_keywords(("num_labels", "num_classes", "ignore_index", "from_logits", *TORCHMETRICS_OPTIONS))
     def metric(self, *, thresholds: Any = None, average: str | None = "macro",
-               mode: str = "binary", **kwargs: Any) -> Any:
+               mode: str = DEFAULT_MODE, **kwargs: Any) -> Any:
         """A ``torchmetrics.Metric`` of this curve formula, exact over batches and ranks
         (``thresholds=T``: binned, ``O(T)`` state); see ``metricc.evaluate.curve_stateful``."""
         try:

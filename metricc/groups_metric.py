@@ -184,7 +184,9 @@ class GroupMetric(Metric):
         the value of a rate undefined in a group (fairlearn's and scikit-learn's is 0); without
         it such a group is an error naming it. Equals ``fairlearn.metrics``.
         """
-        if mode not in (None, "binary") or class_count(num_classes, num_labels) is not None \
+        from .runtime.modes import look_up_mode
+
+        if (mode is not None and look_up_mode(mode).class_dim) or class_count(num_classes, num_labels) is not None \
                 or average is not None or ignore_index is not None:
             raise MetricError("a group metric is over binary decisions: scores (N,) and 0/1 labels "
                               "(N,); mode, num_classes, average and ignore_index do not apply")

@@ -265,11 +265,12 @@ class MatrixMetric(Metric):
         ``average`` and ``threshold`` do not apply and are refused.
         """
         from .evaluate.matrix import hard_confusion_matrix
+        from .runtime.modes import MULTICLASS, look_up_mode
         from .runtime.options import check_flag
 
         check_flag("from_logits", from_logits)
         num_classes = class_count(num_classes, num_labels)
-        if mode != "multiclass":
+        if look_up_mode(mode) is not MULTICLASS:  # the K x K matrix has no other mode
             raise MetricError(f"a K x K metric scores multiclass labels; mode={mode!r} does not "
                               "apply")
         self._refuse_options(average=average, threshold=threshold)
@@ -298,7 +299,9 @@ class MatrixMetric(Metric):
         >>> round(float(qwk.compute()), 4)
         0.6364
         """
-        if mode != "multiclass":
+        from .runtime.modes import MULTICLASS, look_up_mode
+
+        if look_up_mode(mode) is not MULTICLASS:
             raise MetricError(f"a K x K metric scores multiclass labels; mode={mode!r} does not "
                               "apply")
         self._refuse_options(average=average, threshold=threshold)

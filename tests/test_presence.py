@@ -17,7 +17,7 @@ from hypothesis import given, settings
 import metricc
 from metricc.runtime.averages import predicted
 from metricc.runtime.counts import masked_counts
-from metricc.runtime.modes import class_rows
+from metricc.runtime.modes import class_rows, look_up_mode
 
 F64 = torch.float64
 
@@ -51,7 +51,7 @@ def _reference_hits(x: torch.Tensor, cols: list[int], ew: torch.Tensor | None) -
 @settings(max_examples=150)
 @given(multiclass_batches())
 def test_multiclass_presence_is_the_argmax_rule(b: dict) -> None:
-    r = class_rows(b["x"], b["t"], "multiclass", True, b["ignore"], b["classes"], None)
+    r = class_rows(b["x"], b["t"], look_up_mode("multiclass"), True, b["ignore"], b["classes"], None)
     n, k, m = r.s.shape
     cols = b["classes"] or list(range(b["x"].shape[1]))
     need = b["need"][:, :k]
@@ -78,7 +78,7 @@ def test_threshold_presence(mode: str, ignore: int | None) -> None:
         y[1, :, :3] = ignore
     if mode == "binary":
         x, y = x[:, :1], y[:, :1]
-    r = class_rows(x, y, mode, True, ignore, None, None)
+    r = class_rows(x, y, look_up_mode(mode), True, ignore, None, None)
     want = r.s >= 0
     if r.mask is not None:
         want = want & r.mask

@@ -98,7 +98,7 @@ def test_float32_labels_are_checked_as_float64_ones_are(values: list[float]) -> 
     for dtype in (torch.float32, torch.float64):
         try:
             metricc.runtime.modes.validate_inputs(x, torch.tensor(values, dtype=dtype),
-                                                  "binary", True, None, True)
+                                                  metricc.runtime.modes.BINARY, True, None, True)
             outcomes.append("ok")
         except metricc.MetricError as e:
             outcomes.append(str(e))

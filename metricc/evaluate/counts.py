@@ -21,7 +21,7 @@ from torch import Tensor
 from ..errors import MetricError
 from ..runtime.averages import class_average_weights, reduce_samples
 from ..runtime.hints import integer_preds_error, label_error, warn_if_ignore_drops_positives
-from ..runtime.modes import binary_validate, class_rows
+from ..runtime.modes import BINARY, MULTICLASS, MULTILABEL, Mode, binary_validate, class_rows
 from ..runtime.options import check_class_options, look_up_option, select_classes
 from .scale import check_threshold, out_of_range_error, probabilities, refuse_multiclass_threshold
 from .threshold import outside_stacklevel
@@ -33,14 +33,15 @@ Value = Callable[..., Any]
 
 
 def score(value: Value, preds: Any, target: Any, threshold: float | None = None, *,
-          zero_division: float | None = None, mode: str = "binary", average: str = "macro",
+          zero_division: float | None = None, mode: Mode, average: str = "macro",
           ignore_index: int | None = None, classes: Any = None, class_weights: Any = None,
           num_classes: int | None = None, from_logits: bool = False,
           multidim_average: str = "global", reduction: str = "mean") -> Any:
-    """The metric on hard labels; see :meth:`metricc.Metric.score`."""
+    """The metric on hard labels; see :meth:`metricc.Metric.score`, which looks ``mode`` up
+    (and holds its default)."""
     check_threshold(threshold, from_logits)  # NaN, and a logit where a probability belongs
     refuse_multiclass_threshold(mode, threshold)
-    if mode != "binary" or ignore_index is not None or multidim_average != "global":
+    if mode.class_dim or ignore_index is not None or multidim_average != "global":
         return score_classes(value, preds, target, threshold, mode=mode, average=average,
                              ignore_index=ignore_index, classes=classes,
                              class_weights=class_weights, num_classes=num_classes,
@@ -94,7 +95,7 @@ def _score_binary(value: Value, preds: Any, target: Any, threshold: float | None
     t = input_tensor("target", target)
     binary_validate(p, t, ("preds", "target"), "")
     _check_preds(p, t)
-    _check_01(t, None, "binary")
+    _check_01(t, None, BINARY)
     scores, cut = _decision(p, threshold, from_logits)
     hard = (scores >= cut) if scores.is_floating_point() else (scores != 0)
     yt = t.to(torch.bool)
@@ -107,7 +108,7 @@ def _score_binary(value: Value, preds: Any, target: Any, threshold: float | None
 
 
 def score_classes(value: Value, preds: Any, target: Any, threshold: float | None = None, *,
-                  mode: str = "multiclass", average: str = "macro",
+                  mode: Mode, average: str = "macro",
                   ignore_index: int | None = None, classes: Any = None,
                   class_weights: Any = None, num_classes: int | None = None,
                   zero_division: float | None = None, from_logits: bool = False,
@@ -116,7 +117,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
 
     >>> import metricc
     >>> m = metricc.compile("f1")
-    >>> round(score_classes(m.value, [0, 1, 2, 2], [0, 2, 2, 2], num_classes=3), 4)
+    >>> round(score_classes(m.value, [0, 1, 2, 2], [0, 2, 2, 2], mode=MULTICLASS, num_classes=3), 4)
     0.6
     """
     ignore_index, classes, class_weights = check_class_options(
@@ -126,19 +127,19 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
     p = input_tensor("preds", preds)
     t = input_tensor("target", target, p.device)  # counted where the predictions are
     _check_preds(p, t)
-    if mode == "binary":
+    if not mode.class_dim:
         binary_validate(p, t, ("preds", "target"), "")
         mask = None if ignore_index is None else t != ignore_index
-        _check_01(t, mask, "binary", ignore_index=ignore_index)
+        _check_01(t, mask, mode, ignore_index=ignore_index)
         scores = p
         average = "micro"  # one class: every average is the same
-    elif mode == "multilabel":
-        scores = _multilabel_validate_hard(p, t, ignore_index)
+    elif not mode.exclusive:
+        scores = _multilabel_validate_hard(p, t, ignore_index, mode)
     else:
         # No range check: the argmax of logits is the argmax of their softmax.
         scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
     cut = 0.5
-    if mode != "multiclass":
+    if not mode.exclusive:  # the argmax needs no decision threshold
         scores, cut = _decision(scores, threshold, from_logits)
     hard, y, mask = _hard_rows(scores, t, mode, cut, ignore_index, classes, class_weights)
     f64 = torch.float64
@@ -150,7 +151,7 @@ def score_classes(value: Value, preds: Any, target: Any, threshold: float | None
                       for a, b in ((hard, y), (hard, ~y), (~hard, y), (~hard, ~y)))
     # The weights again, in float64 (class_rows gives them in the scores' dtype).
     weights = None
-    if mode != "binary":
+    if mode.class_dim:
         _, weights = select_classes(scores.shape[1], classes, class_weights)
     w = None if weights is None else torch.tensor(weights, dtype=f64, device=tp.device)
     present = (tp + fp + fn) > 0
@@ -212,13 +213,13 @@ def check_inputs(p: Tensor, t: Tensor, nan_does: str = "a NaN would count as a n
 MAX_ONEHOT = 2**28
 
 
-def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
+def _hard_rows(scores: Tensor, t: Tensor, mode: Mode, threshold: float,
                ignore_index: int | None, classes: tuple[int, ...] | None = None,
                class_weights: tuple[float, ...] | None = None
                ) -> tuple[Tensor, Tensor, Tensor]:
     """``(hard, y, mask)``, bool ``(N, K, M)`` (``mask``: ``(N, 1 or K, M)``), from the
     loss's own format stage (:func:`metricc.runtime.modes.class_rows`)."""
-    if mode == "multiclass":
+    if mode.exclusive:
         threshold = 0.5  # unused: the hard prediction is the argmax
     if not scores.is_floating_point():  # 0/1 labels: a 1 is a positive prediction
         scores, threshold = (scores != 0).to(torch.float32), 0.5
@@ -229,23 +230,23 @@ def _hard_rows(scores: Tensor, t: Tensor, mode: str, threshold: float,
     if r.mask is not None:
         mask = r.mask
     else:
-        mask = torch.ones_like(hard[:, :1] if mode == "multiclass" else hard)
+        mask = torch.ones_like(hard[:, :1] if mode.exclusive else hard)
     return hard, y, mask
 
 
 def multilabel_hard_rows(p: Tensor, t: Tensor, threshold: float, ignore_index: int | None,
-                mode: str = "multilabel", call: str = "score takes (preds, target)"
+                mode: Mode, call: str = "score takes (preds, target)"
                 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(hard, y, mask)`` of multilabel (or ``(N, 1, *)`` binary) hard labels, all classes."""
     scores = _multilabel_validate_hard(p, t, ignore_index, mode, call)
-    return _hard_rows(scores, t, "multilabel", threshold, ignore_index)
+    return _hard_rows(scores, t, MULTILABEL, threshold, ignore_index)
 
 
 def multiclass_hard_rows(p: Tensor, t: Tensor, ignore_index: int | None, num_classes: int | None
                 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(hard, y, mask)`` of multiclass hard labels, all classes."""
     scores = _multiclass_validate_hard(p, t, ignore_index, num_classes)
-    return _hard_rows(scores, t, "multiclass", 0.5, ignore_index)
+    return _hard_rows(scores, t, MULTICLASS, 0.5, ignore_index)
 
 
 def check_01_preds(p: Tensor) -> None:
@@ -257,7 +258,7 @@ def check_01_preds(p: Tensor) -> None:
             raise integer_preds_error(float(p[bad].flatten()[0]))
 
 
-def _check_01(t: Tensor, mask: Tensor | None, mode: str,
+def _check_01(t: Tensor, mask: Tensor | None, mode: Mode,
               call: str = "score takes (preds, target)", ignore_index: int | None = None) -> None:
     """Refuse targets other than 0 and 1 (where ``mask`` is True), with the loss's message;
     warn, as the loss does, when ``ignore_index`` (``mask``) left only negatives."""
@@ -274,7 +275,7 @@ def _check_01(t: Tensor, mask: Tensor | None, mode: str,
 
 
 def _multilabel_validate_hard(p: Tensor, t: Tensor, ignore_index: int | None,
-                              mode: str = "multilabel",
+                              mode: Mode,
                               call: str = "score takes (preds, target)") -> Tensor:
     """Multilabel preds and 0/1 targets of one shape ``(N, C, *)``; returns the preds.
     ``mode`` and ``call`` name the caller in messages (binary rows are ``(N, 1, *)``)."""

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import MetricError, MetricWarning
+from ..runtime.modes import BINARY, MULTICLASS, MULTILABEL, Mode
 from .threshold import as_array
 
 __all__ = ["BinnedCounts", "ExactCurve", "OperatingPoint", "auroc", "average_precision", "best_value",
@@ -200,8 +201,8 @@ def binned_counts(scores: Any, target: Any, thresholds: Any = 100, sample_weight
     return BinnedCounts(grid, tp, fp, float(hist_pos.sum()), float(hist_all.sum() - hist_pos.sum()))
 
 
-def _columns(scores: Any, target: Any, what: str) -> tuple[np.ndarray, np.ndarray, str]:
-    """``(S, Y, kind)``: ``(N, C)`` scores and 0/1 labels; kind binary, multilabel or multiclass."""
+def _columns(scores: Any, target: Any, what: str) -> tuple[np.ndarray, np.ndarray, Mode]:
+    """``(S, Y, kind)``: ``(N, C)`` scores and 0/1 labels; ``kind`` the mode their shapes say."""
     s = _scores(scores, (1, 2))
     t = as_array(target, "target")
     if s.ndim == 2 and t.shape == s.shape[:1]:
@@ -222,9 +223,9 @@ def _columns(scores: Any, target: Any, what: str) -> tuple[np.ndarray, np.ndarra
             raise MetricError(f"a one-vs-rest {what} needs every class 0..{classes - 1} (one per "
                               f"score column) in the target; missing {missing}: drop the columns "
                               "of absent classes (or evaluate on more data)")
-        return s, (t[:, None] == np.arange(classes)).astype(np.float64), "multiclass"
+        return s, (t[:, None] == np.arange(classes)).astype(np.float64), MULTICLASS
     y = _labels(t, s.shape)
-    return (s, y, "multilabel") if s.ndim == 2 else (s[:, None], y[:, None], "binary")
+    return (s, y, MULTILABEL) if s.ndim == 2 else (s[:, None], y[:, None], BINARY)
 
 
 def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], float], scores: Any,
@@ -253,7 +254,7 @@ def column_average(score: Callable[[np.ndarray, np.ndarray, np.ndarray | None], 
         keep = keep if keep.ndim == 2 else keep[:, None]
         w = (np.ones(s.shape[0]) if w is None else w)[:, None] * keep
     col = (lambda c: w) if w is None or w.ndim == 1 else (lambda c: w[:, c])
-    if kind == "binary":
+    if not kind.class_dim:
         return score(s[:, 0], y[:, 0], col(0))
     if average == "micro":
         return score(s.ravel(), y.ravel(), None if w is None else np.broadcast_to(

@@ -38,13 +38,14 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from ..analysis.curve_bounds import check_bounds
 from ..errors import MetricError, MetricWarning
-from ..runtime.options import class_count, look_up_option
+from ..runtime.curve_loss import CURVE_MODES
+from ..runtime.modes import Mode, look_up_mode
+from ..runtime.options import DEFAULT_MODE, class_count, look_up_option
 from .curve import binned_counts, exact_curve
 from .curve_formula import evaluate_curve
 
 __all__ = ["CURVE_AVERAGES", "CURVE_MODES", "CurveStatefulMetric"]
 
-CURVE_MODES = ("binary", "multilabel", "multiclass")
 #: ``micro`` pools every (element, column) pair into one curve; ``none`` gives one per column.
 CURVE_AVERAGES = ("macro", "weighted", "micro", "none")
 
@@ -57,9 +58,9 @@ def _grid(thresholds: Any) -> Tensor:
     return torch.from_numpy(binned_counts([0.5], [1], thresholds).thresholds.copy())
 
 
-def _classes(mode: str, num_labels: int | None, num_classes: int | None) -> int:
+def _classes(mode: Mode, num_labels: int | None, num_classes: int | None) -> int:
     n = class_count(num_classes, num_labels)  # num_labels: torchmetrics' name for the same size
-    if mode == "binary":
+    if not mode.class_dim:
         if n is not None:
             raise MetricError("mode='binary' takes neither num_labels nor num_classes; pass "
                               "mode='multilabel' or 'multiclass' for one curve per column")
@@ -97,11 +98,11 @@ class CurveStatefulMetric(_TorchMetric):
     hist: Tensor
 
     def __init__(self, expr: sympy.Expr, values: Mapping[str, float] | None = None, *,
-                 thresholds: Any = None, mode: str = "binary", num_labels: int | None = None,
+                 thresholds: Any = None, mode: str | Mode = DEFAULT_MODE, num_labels: int | None = None,
                  num_classes: int | None = None, average: str | None = "macro",
                  ignore_index: int | None = None, from_logits: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.mode = look_up_option("mode", mode, CURVE_MODES)
+        self.mode = look_up_mode(mode, CURVE_MODES)
         self.average = look_up_option("average", "none" if average is None else average, CURVE_AVERAGES)
         self.columns = _classes(self.mode, num_labels, num_classes)
         if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
@@ -123,6 +124,10 @@ class CurveStatefulMetric(_TorchMetric):
             shape = (2, self.columns, self.grid.numel() + 1)  # positives', negatives' histograms
             self.add_state("hist", default=torch.zeros(shape, dtype=torch.int64), dist_reduce_fx="sum")
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__["mode"] = look_up_mode(state["mode"])  # it pickles as its name
+
     def _format(self, preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(S, Y, keep)``: ``(n, C)`` scores, 0/1 labels and the elements kept."""
         if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
@@ -130,11 +135,12 @@ class CurveStatefulMetric(_TorchMetric):
         preds, target = preds.detach(), target.detach()
         if not preds.is_floating_point():
             raise MetricError(f"preds must be floating-point scores, got {preds.dtype}")
-        want = {"binary": preds.shape[:1], "multilabel": preds.shape, "multiclass": preds.shape[:1]}[self.mode]
-        ndim = 1 if self.mode == "binary" else 2
+        labels = self.mode.class_dim and not self.mode.exclusive  # a 0/1 label per column
+        want = preds.shape if labels else preds.shape[:1]
+        ndim = 2 if self.mode.class_dim else 1
         if preds.dim() != ndim or target.shape != want or (ndim == 2 and preds.shape[1] != self.columns):
             cols = "" if ndim == 1 else f", {self.columns}"
-            shape = "(N,)" if self.mode != "multilabel" else f"(N{cols})"
+            shape = f"(N{cols})" if labels else "(N,)"
             raise MetricError(f"mode={self.mode!r} takes preds of shape (N{cols}) and target of shape "
                               f"{shape}; got {tuple(preds.shape)} and {tuple(target.shape)}")
         # the scores' own precision (float32 at least): a binned score on a grid point of
@@ -144,7 +150,7 @@ class CurveStatefulMetric(_TorchMetric):
             raise MetricError("preds hold NaN or infinite values; no curve can be formed on them")
         t = target.long() if not target.is_floating_point() else target
         keep = t != self.ignore_index if self.ignore_index is not None else torch.ones_like(t, dtype=torch.bool)
-        if self.mode == "multiclass":
+        if self.mode.exclusive:
             s = torch.softmax(s, -1) if self.from_logits else s
             if bool(((t[keep] < 0) | (t[keep] >= self.columns) | (t[keep] != t[keep].round())).any()):
                 raise MetricError(f"a multiclass target holds class indices 0..{self.columns - 1}"
@@ -222,7 +228,7 @@ class CurveStatefulMetric(_TorchMetric):
                                                                       and len(values) > 1 else ""),
                           MetricWarning, stacklevel=2)
         if self.average in ("none", "micro") or len(values) == 1:
-            out = values if self.average == "none" and self.mode != "binary" else values[0]
+            out = values if self.average == "none" and self.mode.class_dim else values[0]
             return torch.tensor(out, dtype=torch.float64)
         ok = ~bad
         weights = support[ok] if self.average == "weighted" else np.ones(int(ok.sum()))

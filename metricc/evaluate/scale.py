@@ -29,6 +29,8 @@ from ..errors import MetricError
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from ..runtime.modes import Mode
+
 __all__ = ["DEFAULT_THRESHOLD", "check_threshold", "out_of_range_error", "probabilities",
            "refuse_multiclass_threshold"]
 
@@ -79,9 +81,9 @@ def out_of_range_error(lo: float, hi: float, name: str = "preds") -> MetricError
                        "torch.sigmoid first, or give an explicit threshold on their own scale")
 
 
-def refuse_multiclass_threshold(mode: str, threshold: Any) -> None:
+def refuse_multiclass_threshold(mode: Mode, threshold: Any) -> None:
     """A threshold given with ``mode="multiclass"``, where the prediction is the argmax."""
-    if mode == "multiclass" and threshold is not None:
+    if mode.exclusive and threshold is not None:
         raise MetricError(f"threshold={threshold!r} does not apply to mode='multiclass': the "
                           "predicted class is the argmax over classes; leave threshold out, or "
                           "use mode='multilabel' to threshold each class on its own")

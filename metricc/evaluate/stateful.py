@@ -30,6 +30,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from ..errors import MetricError
 from ..runtime.averages import class_average_weights
+from ..runtime.modes import Mode, look_up_mode
 from ..runtime.options import MULTIDIM_AVERAGES, check_class_options, check_flag, select_classes
 from .counts import check_01_preds, multiclass_hard_rows, multilabel_hard_rows
 from .matrix import hard_confusion_matrix
@@ -77,7 +78,7 @@ class StatefulMetric(_ShapeCheckedSync):
     """
 
     def __init__(self, value: Callable[..., Tensor], formula: str, higher_is_better: bool,
-                 undefined: Sequence[str] = (), *, mode: str = "binary",
+                 undefined: Sequence[str] = (), *, mode: str | Mode,
                  num_classes: int | None = None,
                  threshold: float = 0.5, from_logits: bool = False, average: str = "macro",
                  multidim_average: str = "global", ignore_index: int | None = None,
@@ -86,6 +87,7 @@ class StatefulMetric(_ShapeCheckedSync):
                  validate_args: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         err = MetricError
+        mode = look_up_mode(mode)
         ignore_index, cl, cw = check_class_options(mode, average, ignore_index, classes,
                                                    class_weights)
         if multidim_average not in MULTIDIM_AVERAGES:
@@ -104,7 +106,7 @@ class StatefulMetric(_ShapeCheckedSync):
                       f"{zero_division!r}")
         if not isinstance(from_logits, bool):
             raise err(f"from_logits must be True or False, got {from_logits!r}")
-        if mode == "binary":
+        if not mode.class_dim:
             if num_classes not in (None, 1):
                 raise err("num_classes is for mode='multiclass' and 'multilabel'; mode='binary' "
                           "has one class")
@@ -114,8 +116,8 @@ class StatefulMetric(_ShapeCheckedSync):
                 raise err(f"mode={mode!r} needs num_classes=<C> (the size of the class dimension): "
                           "the counts are kept per class from the first batch on")
             if isinstance(num_classes, bool) or not isinstance(num_classes, int) or \
-                    num_classes < (2 if mode == "multiclass" else 1):
-                raise err(f"num_classes must be an integer >= {2 if mode == 'multiclass' else 1} "
+                    num_classes < mode.min_classes:
+                raise err(f"num_classes must be an integer >= {mode.min_classes} "
                           f"for mode={mode!r}, got {num_classes!r}")
         chosen, weights = select_classes(num_classes, cl, cw)
         self.formula = formula.strip()
@@ -128,7 +130,7 @@ class StatefulMetric(_ShapeCheckedSync):
         self._value = value
         #: The denominators whose zero makes the formula undefined (for zero_division=None).
         self._undefined = tuple(undefined)
-        self.mode = mode
+        self.mode: Mode = mode
         self.num_classes = num_classes
         self.threshold = float(threshold)
         self.from_logits = check_flag("from_logits", from_logits)
@@ -140,7 +142,7 @@ class StatefulMetric(_ShapeCheckedSync):
         self.zero_division = None if zero_division is None else _zero_division(zero_division)
         self.absent_classes = absent_classes
         self.validate_args = check_flag("validate_args", validate_args)
-        k = 1 if mode == "binary" else len(chosen) if chosen is not None else num_classes
+        k = 1 if not mode.class_dim else len(chosen) if chosen is not None else num_classes
         for name in _STATES:
             if multidim_average == "global":
                 self.add_state(name, torch.zeros(k, dtype=torch.long), dist_reduce_fx="sum")
@@ -161,10 +163,12 @@ class StatefulMetric(_ShapeCheckedSync):
             compiled = state.pop("_compiled")
             state["_value"], state["_undefined"] = compiled.value, ()
         super().__setstate__(state)
+        # the mode pickles as its name (and older pickles hold the string): its object again
+        self.__dict__["mode"] = look_up_mode(state["mode"])
 
     def extra_repr(self) -> str:
         opts = [f"{self.formula!r}", f"mode={self.mode!r}"]
-        if self.mode != "binary":
+        if self.mode.class_dim:
             opts += [f"num_classes={self.num_classes}", f"average={self.average!r}"]
         opts.append(f"multidim_average={self.multidim_average!r}")
         return ", ".join(opts)
@@ -175,7 +179,7 @@ class StatefulMetric(_ShapeCheckedSync):
         hard, y, mask = self._format(preds, target)
         n = hard.shape[0]
         hard, y, mask = (x.reshape(n, x.shape[1], -1) for x in (hard, y, mask))
-        if self.classes is not None and self.mode != "binary":
+        if self.classes is not None and self.mode.class_dim:
             idx = torch.tensor(self.classes, device=hard.device)
             hard, y = hard.index_select(1, idx), y.index_select(1, idx)
             mask = mask if mask.shape[1] == 1 else mask.index_select(1, idx)
@@ -206,30 +210,29 @@ class StatefulMetric(_ShapeCheckedSync):
             raise err("preds and target must be real tensors")
         if self.validate_args and preds.is_floating_point():
             self._check_scores(preds)
-        if self.mode != "multiclass":  # integer 3 would count as a positive (3 >= 0.5)
-            check_01_preds(preds)
         p = preds
-        if self.mode != "multiclass":  # argmax is the same on logits and probabilities
+        if not self.mode.exclusive:  # the argmax is the same on logits and probabilities
+            check_01_preds(preds)  # integer 3 would count as a positive (3 >= 0.5)
             p = probabilities(p, self.from_logits)  # score's float64 sigmoid: the same decisions
-        if self.mode == "binary":
+        if not self.mode.class_dim:
             if p.shape != target.shape:
                 raise err(f"preds and target must have the same shape, got {tuple(p.shape)} and "
                           f"{tuple(target.shape)}")
             n = p.shape[0] if p.dim() else 1
             return multilabel_hard_rows(p.reshape(n, 1, -1), target.reshape(n, 1, -1), self.threshold,
-                               self.ignore_index, "binary", _CALL)
-        if self.mode == "multilabel":
+                               self.ignore_index, self.mode, _CALL)
+        if not self.mode.exclusive:
             if p.dim() < 2 or p.shape[1] != self.num_classes:
                 raise err(f"mode='multilabel' with num_classes={self.num_classes} needs preds of "
                           f"shape (N, {self.num_classes}, *), got {tuple(p.shape)}")
-            return multilabel_hard_rows(p, target, self.threshold, self.ignore_index, "multilabel", _CALL)
+            return multilabel_hard_rows(p, target, self.threshold, self.ignore_index, self.mode, _CALL)
         return multiclass_hard_rows(p, target, self.ignore_index, self.num_classes)
 
     def _check_scores(self, preds: Tensor) -> None:
         lo, hi = (float(v) for v in torch.aminmax(preds.detach().to(torch.float64)))
         if math.isnan(lo) or math.isnan(hi):
             raise MetricError("preds contain NaN; the model produced it upstream")
-        if self.mode == "multiclass" or self.from_logits:
+        if self.mode.exclusive or self.from_logits:
             return  # argmax takes any scores; logits may be any finite or infinite number
         if lo < 0 or hi > 1:
             raise MetricError(f"preds have values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) "
@@ -267,7 +270,7 @@ class StatefulMetric(_ShapeCheckedSync):
         f64 = torch.float64
         w = None if self.class_weights is None else torch.tensor(self.class_weights, dtype=f64,
                                                                  device=tp.device)
-        if self.mode == "binary":
+        if not self.mode.class_dim:
             return self._values(tp, fp, fn, tn, torch.ones_like(tp, dtype=torch.bool))[:, 0]
         if self.average == "micro":
             tp1, fp1, fn1, tn1 = ((x if w is None else x * w).sum(-1) for x in (tp, fp, fn, tn))
@@ -283,7 +286,7 @@ class StatefulMetric(_ShapeCheckedSync):
             weights = torch.ones_like(tp) if w is None else w.expand_as(tp).clone()
             if self.average == "weighted":
                 weights = weights * support
-            elif self.absent_classes == "torchmetrics" and self.mode == "multiclass":
+            elif self.absent_classes == "torchmetrics" and self.mode.exclusive:
                 weights = weights * present
             total = weights.sum(-1, keepdim=True)
             # An average with no weight at all is 0, as torchmetrics' and sklearn's are.

@@ -8,7 +8,7 @@
 ``counts``            soft confusion counts and the dtype policy
 ``distributed``       counts summed over ranks and remembered over batches
 ``hints``             input mix-ups named with their fix (probabilities as logits, ...)
-``modes``             per-mode validate/format stages
+``modes``             the modes as objects (``look_up_mode``), their validate/rows stages
 ``averages``          the class-presence test and the class and sample averages
 ``weights``           per-element weight maps (``loss_fn(input, target, weight=w)``)
 ``logit_grad``        compiled softmax losses on class indices: the logit gradient in the forward
@@ -43,6 +43,8 @@ _EXPORTS = {
     "soft_counts": "counts",
     "CountPool": "distributed", "sync_counts": "distributed",
     "ClassRows": "modes", "class_rows": "modes", "validate_inputs": "modes",
+    "Mode": "modes", "BINARY": "modes", "MULTICLASS": "modes", "MULTILABEL": "modes",
+    "look_up_mode": "modes",
     "average_rows": "averages", "class_average_weights": "averages",
     "reduce_samples": "averages",
     "MetricLoss": "loss",

@@ -39,7 +39,8 @@ from .counts import (
 )
 from .distributed import CountPool, recomputing, updates_state
 from .loss import MetricLoss
-from .modes import check_rows, class_rows, validate_inputs
+from .loss_base import check_rows
+from .modes import BINARY, class_rows, validate_inputs
 from .options import check_number, look_up_option
 from .relax import Relaxation
 from .sigmoids import stable_sigmoid
@@ -242,7 +243,7 @@ class ConstrainedLoss(ConstraintState):
         err = MetricError
         if not constraints:
             raise err("ConstrainedLoss needs at least one constraint")
-        if objective.mode != "binary" or objective.multidim_average != "global":
+        if objective.mode.class_dim or objective.multidim_average != "global":
             raise err("constraints apply to one confusion matrix per batch: they need "
                       "mode='binary' and multidim_average='global' (got "
                       f"mode={objective.mode!r}, multidim_average={objective.multidim_average!r})")
@@ -283,9 +284,9 @@ class ConstrainedLoss(ConstraintState):
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         obj = self.objective
         # An empty shard under sync_dist joins the all-reduce with zero counts, as in MetricLoss.
-        validate_inputs(input, target, "binary", obj.from_logits, obj.ignore_index,
+        validate_inputs(input, target, BINARY, obj.from_logits, obj.ignore_index,
                         obj.validate_args, allow_empty=obj.pool is not None and obj.pool.sync_dist)
-        r = class_rows(input, target, "binary", obj.from_logits, obj.ignore_index, None, None,
+        r = class_rows(input, target, BINARY, obj.from_logits, obj.ignore_index, None, None,
                        need_hard=False)
         w = None if r.mask is None else r.mask.to(r.s.dtype).reshape(1, -1)
         return self._row_losses(r.s.reshape(1, -1), r.y.reshape(1, -1), w)[0]

@@ -22,11 +22,14 @@ from ..errors import MetricError
 from .counts import wide_dtype, zero_one
 from .curve import CurvePool, CurveRelaxation, SoftCurve
 from .loss_base import StatisticLoss
-from .options import CURVE_DEFAULTS, check_number, look_up_option
+from .modes import look_up_mode
+from .options import CURVE_DEFAULTS, DEFAULT_MODE, check_number, look_up_option
 from .weights import validate_weight
 
 #: The relaxations of a curve loss (one today: the soft histogram of :class:`CurveRelaxation`).
 CURVE_RELAXATIONS = ("histogram",)
+#: The modes a curve reads, in the order its messages list them (the loss's and the stateful
+#: metric's).
 CURVE_MODES = ("binary", "multilabel", "multiclass")
 #: How per-class curves' losses combine: their mean, or weighted by each class's positives.
 CURVE_AVERAGES = ("macro", "weighted")
@@ -143,7 +146,7 @@ class CurveLoss(StatisticLoss):
         tau: float = CURVE_DEFAULTS["tau"],
         tau_gate: float = CURVE_DEFAULTS["tau_gate"],
         from_logits: bool = False,
-        mode: str = "binary",
+        mode: str = DEFAULT_MODE,
         average: str = "macro",
         reduction: str = "mean",
         eps: float = 1e-7,
@@ -167,7 +170,7 @@ class CurveLoss(StatisticLoss):
             self.relax = CurveRelaxation(bins=bins, width=width, space=space, clip=clip)
         self.relaxation = relaxation
         self.smooth_max = SmoothMax(tau, tau_gate)
-        self.mode = look_up_option("mode", mode, CURVE_MODES)
+        self.mode = look_up_mode(mode, CURVE_MODES)
         self.average = look_up_option("average", average, CURVE_AVERAGES)
 
     def repr_options(self) -> list[str]:
@@ -184,13 +187,13 @@ class CurveLoss(StatisticLoss):
         no permute to ``(M, C)`` columns, and multiclass labels are a bool comparison with the
         class numbers rather than an int64 one-hot."""
         w = None if weight is None else validate_weight(weight, target, self.validate_args)
-        if self.mode == "binary":
+        if not self.mode.class_dim:
             # (N, 1, *) against (N, *) (single_channel) holds the same elements
             return input.reshape(-1), target.reshape(-1), None if w is None else w.reshape(-1), self.from_logits
         if input.dim() < 2 or input.shape[1] < 2:
             raise MetricError(f"mode={self.mode!r} needs input of shape (N, C, *) with C >= 2 classes "
                               f"on dim 1, got {tuple(input.shape)}; for one curve use mode='binary'")
-        if self.mode == "multilabel":
+        if not self.mode.exclusive:  # multilabel: a curve per class, as given
             return input, target, w, self.from_logits
         c = input.shape[1]
         # one-vs-rest curves rank the class probabilities
@@ -204,7 +207,7 @@ class CurveLoss(StatisticLoss):
         """The shared checks and hints of every loss, then the curve's own rule: multiclass
         targets are class indices."""
         super().check_inputs(input, target, validate_args)
-        if self.mode != "multiclass":
+        if not self.mode.exclusive:
             return
         index_shape = input.shape[:1] + input.shape[2:]
         if target.shape != index_shape or target.is_floating_point() or target.dtype == torch.bool:

@@ -7,6 +7,7 @@ calls them.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -25,14 +26,15 @@ _PROBABILITY_HINT_MIN = 32
 _IN_UNIT_RUN = [0]
 
 
-def warn_if_probabilities(x: Tensor, mode: str, in_unit: bool) -> None:
+def warn_if_probabilities(x: Tensor, mode: Any, in_unit: bool) -> None:
     """Warn when ``from_logits=True`` input looks like probabilities: the loss would apply a
     second sigmoid/softmax and train on a squashed, nearly flat signal. ``in_unit``: every
-    score lies in [0, 1] (else they are logits, and the run of such scores starts again)."""
+    score lies in [0, 1] (else they are logits, and the run of such scores starts again).
+    ``mode``: a ``modes.Mode`` (this module comes before it)."""
     if not in_unit:
         _IN_UNIT_RUN[0] = 0
         return
-    if mode == "multiclass":
+    if mode.exclusive:
         if x.dim() < 2 or not bool(((x.sum(1, dtype=torch.float64) - 1).abs() <= 1e-3).all()):
             return
         why = "every element's class scores lie in [0, 1] and sum to 1"
@@ -54,14 +56,14 @@ def warn_if_probabilities(x: Tensor, mode: str, in_unit: bool) -> None:
 _IGNORE_WARNED: set[int] = set()
 
 
-def warn_if_ignore_drops_positives(target: Tensor, ignore_index: int | None, mode: str,
+def warn_if_ignore_drops_positives(target: Tensor, ignore_index: int | None, mode: Any,
                                     kept_range: list[float], stacklevel: int = 6) -> None:
     """Warn, once per ``ignore_index``, when it removed every positive of a 0/1 batch that held
     some: a 0/255 mask with ``ignore_index=255`` leaves only negatives, a constant loss
     (1 for F1) with zero gradient. ``kept_range``: the min and max of the kept targets (as
     read, float32 ones as int32 bit patterns: +0.0 and 0 both read 0), or empty. The
     hard-label score and metric warn here too (``stacklevel``: their caller's frame)."""
-    if ignore_index is None or mode == "multiclass" or not kept_range or kept_range[0] != 0 \
+    if ignore_index is None or mode.exclusive or not kept_range or kept_range[0] != 0 \
             or kept_range[1] != 0 or ignore_index in _IGNORE_WARNED or ignore_index in (0, 1):
         return
     if not bool((target == ignore_index).any()):

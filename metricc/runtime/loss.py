@@ -20,9 +20,9 @@ from .counts import HALF_MAX, as_count_rows, indices_in_range, soft_counts, wide
 from .distributed import updates_state
 from .hints import overflow_message
 from .logit_grad import softmax_eager_function, softmax_index_function, softmax_index_loss
-from .loss_base import StatisticLoss
-from .modes import check_rows, class_rows, validate_inputs
-from .options import check_class_options, check_flag, look_up_option
+from .loss_base import StatisticLoss, check_rows
+from .modes import class_rows, look_up_mode, validate_inputs
+from .options import DEFAULT_MODE, check_class_options, check_flag, look_up_option
 from .relax import OPTION_DEFAULTS, OPTION_OWNERS, RELAXATIONS, Softmax, bound_relaxation, check_relaxation_options
 from .sigmoids import stable_sigmoid
 from .symbolic import fits, host_twin, symbolic_function
@@ -110,7 +110,7 @@ class MetricLoss(StatisticLoss):
         sync_dist: bool = False,
         process_group: Any = None,
         memory_decay: float | None = None,
-        mode: str = "binary",
+        mode: str = DEFAULT_MODE,
         average: str = "macro",
         ignore_index: int | None = None,
         classes: Sequence[int] | None = None,
@@ -123,8 +123,9 @@ class MetricLoss(StatisticLoss):
                          process_group=process_group, memory_decay=memory_decay,
                          multidim_average=multidim_average, backward=backward)
         self.soft_label = check_flag("soft_label", soft_label)
+        mode = look_up_mode(mode)
         if relaxation is None:  # the default: the relaxed argmax for classes, else AnyLoss
-            relaxation = "softmax" if mode == "multiclass" else "anyloss"
+            relaxation = mode.relaxation
         look_up_option("relaxation", relaxation)
         # Every relaxation option is checked by the relaxation declaring it; the chosen
         # relaxation holds its own (self.relax), the others stay attributes for the repr.
@@ -138,7 +139,7 @@ class MetricLoss(StatisticLoss):
         self.average = average
         self.ignore_index, self.classes, self.class_weights = check_class_options(
             mode, average, ignore_index, classes, class_weights)
-        if mode == "multiclass" and average == "micro" and self.micro_refusal:
+        if mode.exclusive and average == "micro" and self.micro_refusal:
             raise MetricError(self.micro_refusal)
         self.relax.check_mode(mode)
         # A class-wise relaxation has relaxed the classes already: count what it gave.
@@ -161,7 +162,7 @@ class MetricLoss(StatisticLoss):
         parts = [f"relaxation={self.relaxation!r}"]
         parts += [f"{k}={getattr(self.relax, k)!r}" for k in self.relax.options]
         parts += [f"from_logits={self.from_logits}", f"mode={self.mode!r}"]
-        if self.mode != "binary":
+        if self.mode.class_dim:
             parts.append(f"average={self.average!r}")
         parts.append(f"multidim_average={self.multidim_average!r}")
         if self.multidim_average == "samplewise":
@@ -239,7 +240,7 @@ class MetricLoss(StatisticLoss):
         if weight is not None:
             weight = validate_weight(weight, target, self.validate_args)
         # One class (binary) makes every average the same; micro is the cheapest.
-        average = "micro" if self.mode == "binary" else self.average
+        average = self.average if self.mode.class_dim else "micro"
         samplewise = self.multidim_average == "samplewise" and input.dim() > 0
         # Micro over the whole batch is one row, its own average: presence is not needed.
         single = average == "micro" and not samplewise
@@ -253,7 +254,7 @@ class MetricLoss(StatisticLoss):
         if isinstance(relax, Softmax):
             def step(x: Tensor) -> Tensor:
                 return relax.classes(x, self.from_logits, autograd=self.backward_mode == "autograd")
-        index_labels = (self.backward_mode == "symbolic" and self.mode == "multiclass"
+        index_labels = (self.backward_mode == "symbolic" and self.mode.exclusive
                         and not samplewise and average != "micro" and weight is None
                         and not self.soft_label)
         if index_labels and host and not self.validate_args and self.ignore_index is None:
@@ -275,7 +276,7 @@ class MetricLoss(StatisticLoss):
         w = None if r.mask is None else r.mask.to(wdt).expand(n, k, m)
         elements = r.mask  # which elements count, for the presence test below
         if weight is not None:
-            per_class = self.mode != "binary" and target.shape == input.shape
+            per_class = self.mode.class_dim and target.shape == input.shape
             ew = weight_rows(weight, n, per_class, self.classes, wdt)
             w = ew.expand(n, k, m) if w is None else w * ew
             elements = ew if r.mask is None else ew * r.mask

@@ -23,9 +23,33 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from ..errors import MetricError
 from .distributed import CountPool, count_pool
-from .modes import validate_inputs
+from .modes import BINARY, Mode, look_up_mode, validate_inputs
 from .options import check_flag, check_number, look_up_option
+
+
+def check_rows(s: Any, y: Any, w: Any, dims: tuple[int, ...] = (2, 3)) -> None:
+    """The inputs of ``row_losses``: ``(R, M)`` floating-point scores (``(N, R, M)`` where
+    ``dims`` has 3), labels and weights (or ``None``) of the same shape."""
+    if not all(isinstance(t, Tensor) for t in (s, y, *(() if w is None else (w,)))):
+        raise MetricError("row_losses(s, y, w) takes tensors: scores, labels and (optional) "
+                          f"weights, got {type(s).__name__}, {type(y).__name__} and "
+                          f"{type(w).__name__}")
+    shapes = " or ".join(("(R, M)", "(N, R, M)")[:len(dims)])
+    if s.dim() not in dims or not s.is_floating_point():
+        raise MetricError(
+            f"row_losses takes floating-point scores of shape {shapes} (one confusion matrix "
+            f"per row r), got {s.dtype} of shape {tuple(s.shape)}; for one batch call the "
+            "loss itself (loss(input, target)), or pass s.reshape(1, -1) for one row")
+    if y.shape != s.shape or not y.is_floating_point():
+        raise MetricError(f"row_losses needs floating-point 0/1 (or soft) labels of the scores' "
+                          f"shape {tuple(s.shape)}, got {y.dtype} of shape {tuple(y.shape)}; "
+                          "use y.to(s.dtype)")
+    if w is not None and (w.shape != s.shape or not w.is_floating_point()):
+        raise MetricError(f"row_losses needs floating-point weights of the scores' shape "
+                          f"{tuple(s.shape)} (or None), got {w.dtype} of shape "
+                          f"{tuple(w.shape)}; use w.expand_as(s).to(s.dtype)")
 
 
 class StatisticLoss(torch.nn.Module):
@@ -42,7 +66,7 @@ class StatisticLoss(torch.nn.Module):
     _function: ClassVar[Any] = None  # the autograd Function running the kernels (per class)
     pool_class: ClassVar[type[CountPool]] = CountPool  # sums over ranks, remembers batches
     #: What the shared checks read where a loss lacks the option (K x K: multiclass; curve: no index).
-    mode: str = "binary"
+    mode: Mode = BINARY
     ignore_index: int | None = None
     backward_mode: str | None = None  # "symbolic" or "autograd", where the loss offers the choice
 
@@ -60,6 +84,13 @@ class StatisticLoss(torch.nn.Module):
         self.validate_args = check_flag("validate_args", validate_args)
         self.pool = count_pool(sync_dist, process_group, memory_decay, multidim_average or "global",
                                self.pool_class)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; the mode comes back as its name (``Mode`` pickles as its string, and
+        older pickles hold the string): its object again."""
+        super().__setstate__(state)
+        if "mode" in state:
+            self.__dict__["mode"] = look_up_mode(state["mode"])
 
     def check_inputs(self, input: Tensor, target: Tensor, validate_args: bool) -> None:
         """The input checks every statistic shares (types, devices, shapes of the mode, and

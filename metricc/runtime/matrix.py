@@ -24,6 +24,7 @@ from .averages import reduce_samples
 from .counts import to_input_dtype, wide_dtype
 from .distributed import CountPool, updates_state
 from .loss_base import StatisticLoss
+from .modes import MULTICLASS
 from .options import check_integer, look_up_option
 from .relax import Relaxation, Softmax, bound_relaxation, check_relaxation_options
 from .weights import validate_weight
@@ -208,7 +209,7 @@ class MatrixLoss(StatisticLoss):
     """
 
     #: The shared input checks read K x K inputs as multiclass ones (not an option here).
-    mode = "multiclass"
+    mode = MULTICLASS
     #: Names of the K x K parameters the kernels take after ``eps``, and their values.
     matrix_parameters: ClassVar[tuple[str, ...]] = ()
     matrix_values: ClassVar[tuple[tuple[tuple[float, ...], ...], ...]] = ()

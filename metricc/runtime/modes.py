@@ -1,16 +1,19 @@
-"""Modes as stages: validate, then lay out a batch as ``(N, K, M)`` rows.
+"""Modes as objects: validate, then lay out a batch as ``(N, K, M)`` rows.
 
-One ``_<mode>_validate``/``_<mode>_format`` pair per mode (``binary``,
-``multiclass``, ``multilabel``), as torchmetrics' ``stat_scores`` does it; the
-loss runs :func:`validate_inputs` then :func:`class_rows`. How the rows' losses
-are then averaged is in ``averages``.
+One :class:`Mode` per mode (:data:`BINARY`, :data:`MULTICLASS`, :data:`MULTILABEL`), a ``str``
+subclass equal to its name, carrying what code once decided by comparing names (a class dim?
+exclusive classes? the default relaxation and cross-entropy) and its ``validate`` stage; its
+``_<mode>_format`` stage (one pair per mode, as torchmetrics' ``stat_scores`` has them) is
+picked by those attributes. :func:`look_up_mode`
+turns the user's string into its object once, at the API boundary; the loss then runs
+:func:`validate_inputs` and :func:`class_rows`. How the rows' losses are averaged is in ``averages``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -23,7 +26,7 @@ from .hints import (
     warn_if_ignore_drops_positives,
     warn_if_probabilities,
 )
-from .options import select_classes
+from .options import MODES, look_up_option, select_classes
 
 
 class ClassRows(NamedTuple):
@@ -53,13 +56,13 @@ class ClassRows(NamedTuple):
     chosen: list[int] | None
 
 
-def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
+def validate_inputs(input: Tensor, target: Tensor, mode: Mode, from_logits: bool,
                     ignore_index: int | None, validate_args: bool,
                     allow_empty: bool = False) -> None:
     """Refuse inputs the loss would silently mis-train on, naming the fix.
 
     Type, device, emptiness and (binary) shape checks are free and always run; the
-    ``_<mode>_format`` stages check the other modes' shapes. The checks that read the data
+    ``Mode.rows`` stages check the other modes' shapes. The checks that read the data
     (NaN/inf, ranges, class indices) cost one min/max pass over each tensor and one device
     sync; they run when ``validate_args`` is true and the module is not being traced by
     ``torch.compile`` (a data-dependent ``if`` would break a ``fullgraph=True`` graph).
@@ -76,10 +79,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
                   f"{input.dtype}{hint}; convert it with input.float()")
     if target.is_complex():
         raise err(f"target must be real, got {target.dtype}")
-    if mode == "binary" and not single_channel(input, target):
-        binary_validate(input, target)
-    elif mode == "multilabel":
-        multilabel_validate(input, target)
+    mode.validate(input, target)
     if input.device != target.device:
         raise err(f"input is on {input.device} but target on {target.device}; move both to "
                   "one device")
@@ -91,7 +91,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if not validate_args or torch.compiler.is_compiling() or input.numel() == 0:
         return
     x, t = input.detach(), target.detach()
-    indices = mode == "multiclass" and t.shape != x.shape  # (N, *) class indices
+    indices = mode.exclusive and t.shape != x.shape  # (N, *) class indices
     ignore = ignore_index
     if ignore is not None and t.dtype != torch.bool:
         # ignored elements may hold anything (255 in segmentation masks)
@@ -115,7 +115,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     if not from_logits and (lo < 0 or hi > 1):
         raise err(f"input has values outside [0, 1] (min {lo:.4g}, max {hi:.4g}) but "
                   "from_logits=False: pass from_logits=True if these are logits, or apply "
-                  f"torch.{'softmax(input, 1)' if mode == 'multiclass' else 'sigmoid'} "
+                  f"torch.{mode.activation} "
                   "first")
     if from_logits:
         warn_if_probabilities(x, mode, lo >= 0 and hi <= 1)
@@ -135,7 +135,7 @@ def validate_inputs(input: Tensor, target: Tensor, mode: str, from_logits: bool,
         raise label_error(mode, tlo, thi, hard=False)
 
 
-def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
+def class_rows(input: Tensor, target: Tensor, mode: Mode, from_logits: bool,
                ignore_index: int | None, classes: tuple[int, ...] | None,
                class_weights: tuple[float, ...] | None, need_hard: bool = True,
                threshold: float = 0.5, labels_checked: bool = False,
@@ -154,11 +154,11 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     ``(N, 1, M)`` (``counts.compact_indices``; validated ones on the CPU in eager mode).
     Raises :class:`MetricError` when the target's shape (or dtype, for class indices) does
     not fit the mode; only shapes are checked (label values are not), so this stays traceable.
-    The binary shape check is :func:`binary_validate`, run by :func:`validate_inputs`.
+    The binary shape check is ``Mode.validate``, run by :func:`validate_inputs`.
     ``class_step`` (multiclass) maps the ``(N, C, *)`` input to class memberships in
     place of the softmax (a class-wise relaxation); its output is counted as it is.
     """
-    if mode == "binary":
+    if not mode.class_dim:
         return _binary_format(input, target, from_logits, ignore_index, need_hard, threshold)
     if input.dim() < 2:
         raise MetricError(f"mode={mode!r} needs input of shape (N, C, *) with classes on dim 1, "
@@ -169,12 +169,11 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     w_t = None if weights is None else torch.tensor(weights, dtype=torch.float64,
                                                      device=input.device)
     idx = None if chosen is None else torch.tensor(chosen, device=input.device)
-    if mode == "multilabel":
-        r = _multilabel_format(input, target, from_logits, ignore_index, need_hard, threshold)
-    else:
-        allow = index_labels and chosen is None
+    if mode.exclusive:
         r = _multiclass_format(input, target, from_logits, ignore_index, need_hard,
-                               labels_checked, allow, class_step)
+                               labels_checked, index_labels and chosen is None, class_step)
+    else:
+        r = _multilabel_format(input, target, from_logits, ignore_index, need_hard, threshold)
 
     def pick(t: Tensor) -> Tensor:
         return t if idx is None or t.shape[1] == 1 else t.index_select(1, idx)
@@ -182,7 +181,7 @@ def class_rows(input: Tensor, target: Tensor, mode: str, from_logits: bool,
     def pick_some(t: Tensor | None) -> Tensor | None:
         return None if t is None else pick(t)
 
-    if mode == "multilabel":  # thresholded per class: the selected classes' scores
+    if not mode.exclusive:  # thresholded per class: the selected classes' scores
         return ClassRows(pick(r.s), pick(r.y), pick_some(r.mask), pick_some(r.hard), r.from_logits,
                          w_t, pick(r.scores), r.threshold, None)
     # argmax over every class: all C scores, and which of them are selected
@@ -212,27 +211,76 @@ def binary_validate(input: Tensor, target: Tensor, names: tuple[str, str] = ("in
                           f"{tuple(input.shape)} and {tuple(target.shape)}{hint}")
 
 
-def check_rows(s: Any, y: Any, w: Any, dims: tuple[int, ...] = (2, 3)) -> None:
-    """The inputs of ``row_losses``: ``(R, M)`` floating-point scores (``(N, R, M)`` where
-    ``dims`` has 3), labels and weights (or ``None``) of the same shape."""
-    if not all(isinstance(t, Tensor) for t in (s, y, *(() if w is None else (w,)))):
-        raise MetricError("row_losses(s, y, w) takes tensors: scores, labels and (optional) "
-                          f"weights, got {type(s).__name__}, {type(y).__name__} and "
-                          f"{type(w).__name__}")
-    shapes = " or ".join(("(R, M)", "(N, R, M)")[:len(dims)])
-    if s.dim() not in dims or not s.is_floating_point():
-        raise MetricError(
-            f"row_losses takes floating-point scores of shape {shapes} (one confusion matrix "
-            f"per row r), got {s.dtype} of shape {tuple(s.shape)}; for one batch call the "
-            "loss itself (loss(input, target)), or pass s.reshape(1, -1) for one row")
-    if y.shape != s.shape or not y.is_floating_point():
-        raise MetricError(f"row_losses needs floating-point 0/1 (or soft) labels of the scores' "
-                          f"shape {tuple(s.shape)}, got {y.dtype} of shape {tuple(y.shape)}; "
-                          "use y.to(s.dtype)")
-    if w is not None and (w.shape != s.shape or not w.is_floating_point()):
-        raise MetricError(f"row_losses needs floating-point weights of the scores' shape "
-                          f"{tuple(s.shape)} (or None), got {w.dtype} of shape "
-                          f"{tuple(w.shape)}; use w.expand_as(s).to(s.dtype)")
+class Mode(str):
+    """How a loss, ``score`` or stateful metric reads ``(input, target)``: one instance per
+    mode, got from the user's string by :func:`look_up_mode`. A ``str`` (its name), so
+    comparisons, reprs and dict keys behave as the string did; it pickles as the string (a
+    holder looks it up again when unpickled, as for the strings of older pickles).
+
+    What the mode decides (class attributes): ``name``; ``class_dim``: the input is
+    ``(N, C, *)``, classes on dim 1 (binary: ``(N, *)``, one class), so ``classes``,
+    ``class_weights`` and the averages over classes apply; ``exclusive``: the classes exclude
+    each other (softmax probabilities, the argmax as the hard prediction, targets that may be
+    class indices ``(N, *)``, so an ``ignore_index`` of 0 or 1 is a class, not a label);
+    ``relaxation``: a loss's default; ``cross_entropy``: the one that reads the input as this
+    mode does (``WarmStart``'s base); ``activation``: how probabilities are made from logits,
+    as hints name it; ``min_classes``: the fewest classes on dim 1. :meth:`validate` is its
+    first stage, the free shape checks (no data read) :func:`validate_inputs` runs; the second,
+    its ``_<mode>_format``, :func:`class_rows` picks by ``class_dim`` and ``exclusive`` (module
+    functions: a standalone K x K or curve file, whose loss only validates, leaves them out).
+    """
+
+    name: ClassVar[str] = ""
+    class_dim: ClassVar[bool] = False
+    exclusive: ClassVar[bool] = False
+    relaxation: ClassVar[str] = "anyloss"
+    cross_entropy: ClassVar[str] = "bce"
+    activation: ClassVar[str] = "sigmoid"
+    min_classes: ClassVar[int] = 1
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, (self.name,))  # the plain string, as before modes were objects
+
+    def __deepcopy__(self, memo: Any = None) -> Mode:
+        return self  # one object per mode
+
+    __copy__ = __deepcopy__
+
+    def validate(self, input: Tensor, target: Tensor) -> None:
+        pass
+
+
+class BinaryMode(Mode):
+    """``(N, *)`` scores against ``(N, *)`` 0/1 labels: one class."""
+
+    name = "binary"
+
+    def validate(self, input: Tensor, target: Tensor) -> None:
+        if not single_channel(input, target):
+            binary_validate(input, target)
+
+
+class MultilabelMode(Mode):
+    """``(N, C, *)`` scores against ``(N, C, *)`` 0/1 labels: independent classes."""
+
+    name = "multilabel"
+    class_dim = True
+
+    def validate(self, input: Tensor, target: Tensor) -> None:
+        multilabel_validate(input, target)
+
+
+class MulticlassMode(Mode):
+    """``(N, C, *)`` scores against class indices ``(N, *)`` or one-hot/soft labels
+    ``(N, C, *)``: one class per element."""
+
+    name = "multiclass"
+    class_dim = True
+    exclusive = True
+    relaxation = "softmax"
+    cross_entropy = "ce"
+    activation = "softmax(input, 1)"
+    min_classes = 2
 
 
 def _binary_format(input: Tensor, target: Tensor, from_logits: bool,
@@ -325,3 +373,25 @@ def _multiclass_format(input: Tensor, target: Tensor, from_logits: bool,
                   f"indices) or {tuple(input.shape)} (one-hot or soft), got "
                   f"{tuple(target.shape)}")
     return ClassRows(s, y, mask, hard, False, None, scores, None, None)
+
+
+BINARY = BinaryMode(BinaryMode.name)
+MULTICLASS = MulticlassMode(MulticlassMode.name)
+MULTILABEL = MultilabelMode(MultilabelMode.name)
+MODE_OBJECTS: dict[str, Mode] = {m.name: m for m in (BINARY, MULTICLASS, MULTILABEL)}
+
+
+def look_up_mode(value: Any, choices: Sequence[str] = MODES) -> Mode:
+    """The :class:`Mode` named ``value`` (one of ``choices``), else a :class:`MetricError`
+    listing them (``look_up_option``'s message): the one check of a mode, where the user
+    gives it.
+
+    >>> look_up_mode("multiclass").exclusive
+    True
+    >>> look_up_mode("multiclas")
+    Traceback (most recent call last):
+    ...
+    metricc.errors.MetricError: mode='multiclas' is not one of 'binary', ... (did you mean 'multiclass'?)
+    """
+    return MODE_OBJECTS[look_up_option("mode", value, choices)]
+

@@ -20,6 +20,7 @@ REDUCTIONS = ("mean", "sum", "none")
 BACKWARDS = ("symbolic", "autograd")
 MULTIDIM_AVERAGES = ("global", "samplewise")
 MODES = ("binary", "multiclass", "multilabel")
+DEFAULT_MODE = "binary"  # of a loss, score() or metric() given none (K x K: multiclass only)
 AVERAGES = ("micro", "macro", "weighted", "none")
 
 #: The curve losses' defaults, the one place they are written: the soft curve's grid
@@ -62,23 +63,24 @@ def look_up_option(name: str, value: Any, choices: Sequence[str] | None = None) 
 
 
 def check_class_options(
-    mode: str, average: str, ignore_index: Any, classes: Any, class_weights: Any,
+    mode: Any, average: str, ignore_index: Any, classes: Any, class_weights: Any,
 ) -> tuple[int | None, tuple[int, ...] | None, tuple[float, ...] | None]:
-    """Validate ``mode``, ``average``, ``ignore_index``, ``classes``, ``class_weights``.
+    """Validate ``average``, ``ignore_index``, ``classes``, ``class_weights`` against
+    ``mode`` (a ``modes.Mode``, looked up by ``modes.look_up_mode``: this module, which
+    needs only the standard library, comes before it).
 
     Returns ``(ignore_index, classes, class_weights)`` as plain ints and floats.
     """
-    look_up_option("mode", mode)
     look_up_option("average", average)
     if ignore_index is not None:
         ignore_index = check_integer("ignore_index", ignore_index)
-        if mode != "multiclass" and ignore_index in (0, 1):
+        if not mode.exclusive and ignore_index in (0, 1):
             # 0 and 1 are the labels themselves: ignoring one drops every positive (or negative)
             raise MetricError(f"ignore_index={ignore_index} is a label of mode={mode!r} (targets "
                               f"hold 0 and 1): it would leave out every "
                               f"{'positive' if ignore_index else 'negative'} element; give the "
                               "value that marks elements to leave out (such as 255 or -100)")
-    if mode == "binary" and (classes is not None or class_weights is not None):
+    if not mode.class_dim and (classes is not None or class_weights is not None):
         raise MetricError("classes and class_weights pick and weigh the classes of an "
                           "(N, C, *) input; mode='binary' has a single class: use "
                           "mode='multiclass' or 'multilabel'")

@@ -107,8 +107,8 @@ class Sigmoid(Relaxation):
             raise MetricError("relaxation='sigmoid' acts on logits: pass from_logits=True, "
                               "or use relaxation='anyloss' on probabilities")
 
-    def check_mode(self, mode: str) -> None:
-        if mode == "multiclass":
+    def check_mode(self, mode: Any) -> None:
+        if mode.exclusive:
             raise MetricError("relaxation='sigmoid' acts on independent logits, but multiclass "
                               "losses act on softmax probabilities: use relaxation='anyloss' "
                               "or 'linear', or mode='multilabel' for independent sigmoids")
@@ -222,8 +222,8 @@ class Softmax(Linear):
                               "has an infinite slope at p = 0; use a temperature <= 1, or pass "
                               "logits with from_logits=True")
 
-    def check_mode(self, mode: str) -> None:
-        if mode != "multiclass":
+    def check_mode(self, mode: Any) -> None:
+        if not mode.exclusive:
             raise MetricError(f"relaxation='softmax' relaxes the argmax over mutually exclusive "
                               f"classes (an (N, C, *) input), so it needs mode='multiclass', not "
                               f"{mode!r}; binary and multilabel losses use 'anyloss', 'linear', "

@@ -147,8 +147,8 @@ class Relaxation:
     def check_options(self, from_logits: bool) -> None:
         """Refuse option values this relaxation cannot work with on this kind of input."""
 
-    def check_mode(self, mode: str) -> None:
-        """Refuse modes this relaxation cannot work with."""
+    def check_mode(self, mode: Any) -> None:
+        """Refuse modes (a ``modes.Mode``) this relaxation cannot work with."""
 
     def value(self, s: Tensor, from_logits: bool, sigmoid: Any = torch.sigmoid) -> Tensor:
         raise NotImplementedError

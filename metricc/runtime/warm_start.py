@@ -24,11 +24,11 @@ from .constrained import ConstrainedLoss
 from .counts import wide_dtype
 from .distributed import recomputing, updates_state
 from .loss_base import StatisticLoss
-from .modes import single_channel, validate_inputs
-from .options import MODES, check_flag, check_integer, check_number, look_up_option
+from .modes import BINARY, Mode, look_up_mode, single_channel, validate_inputs
+from .options import check_flag, check_integer, check_number, look_up_option
 
-#: The cross-entropies ``base`` names, and the modes each one reads.
-BASES = {"bce": ("binary", "multilabel"), "ce": ("multiclass",)}
+#: The cross-entropies ``base`` names (which modes each one reads is ``Mode.cross_entropy``).
+BASES = ("bce", "ce")
 #: The phases of the schedule, in order.
 PHASES = ("warmup", "blend", "metric")
 
@@ -36,7 +36,7 @@ PHASES = ("warmup", "blend", "metric")
 class InputReading(NamedTuple):
     """How a loss reads its ``(input, target)``: what the cross-entropy must follow."""
 
-    mode: str
+    mode: Mode
     from_logits: bool
     ignore_index: int | None
     validate_args: bool
@@ -49,13 +49,13 @@ def input_reading(loss: torch.nn.Module, mode: str | None, from_logits: bool | N
     ``None``: a module ``base`` then needs no reading)."""
     if isinstance(loss, ConstrainedLoss):
         obj = loss.objective
-        own = InputReading("binary", obj.from_logits, obj.ignore_index, obj.validate_args)
+        own = InputReading(BINARY, obj.from_logits, obj.ignore_index, obj.validate_args)
     elif isinstance(loss, StatisticLoss):  # every statistic's loss: its mode (K x K: multiclass)
         own = InputReading(loss.mode, loss.from_logits, loss.ignore_index, loss.validate_args)
     else:
         if mode is None or from_logits is None:
             return None
-        return InputReading(look_up_option("mode", mode, MODES),
+        return InputReading(look_up_mode(mode),
                             check_flag("from_logits", from_logits), None, True)
     for name, given in (("mode", mode), ("from_logits", from_logits)):
         if given is not None and given != getattr(own, name):
@@ -87,7 +87,7 @@ def cross_entropy(input: Tensor, target: Tensor, reading: InputReading,
     weighted label mass). Without weight or ``ignore_index`` these are torch's own means.
 
     >>> x, y = torch.tensor([2.0, -1.0]), torch.tensor([1.0, 0.0])
-    >>> r = InputReading("binary", True, None, True)
+    >>> r = InputReading(BINARY, True, None, True)
     >>> bool(cross_entropy(x, y, r) == F.binary_cross_entropy_with_logits(x, y))
     True
     """
@@ -97,8 +97,8 @@ def cross_entropy(input: Tensor, target: Tensor, reading: InputReading,
             and weight.shape[0] == target.shape[0]:
         weight = weight.view(-1, *(1,) * (target.dim() - 1))  # one weight per sample
     ii = reading.ignore_index
-    if reading.mode != "multiclass":
-        if reading.mode == "binary" and single_channel(x, target):
+    if not reading.mode.exclusive:
+        if not reading.mode.class_dim and single_channel(x, target):
             x = x.squeeze(1)
         y = target.to(work)
         keep = None if ii is None else target != ii
@@ -214,13 +214,13 @@ class WarmStart(torch.nn.Module):
 
     def _base_name(self, base: Any) -> str:
         if base is not None:
-            look_up_option("base", base, tuple(BASES))
+            look_up_option("base", base, BASES)
         if self.reading is None:
             raise MetricError(f"a {type(self.loss).__name__} is no metricc loss: give mode= "
                               "and from_logits= (how the cross-entropy reads the input), or a "
                               "module as base=")
-        name = base or ("ce" if self.reading.mode == "multiclass" else "bce")
-        if self.reading.mode not in BASES[name]:
+        name = base or self.reading.mode.cross_entropy
+        if name != self.reading.mode.cross_entropy:
             other = "ce" if name == "bce" else "bce"
             raise MetricError(f"base={name!r} does not read mode={self.reading.mode!r} inputs; "
                               f"use base={other!r} (or leave base out)")
@@ -234,6 +234,12 @@ class WarmStart(torch.nn.Module):
         state = self.__dict__.copy()
         state["_host"] = None  # a reference to the buffer, re-read after unpickling
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        reading = state.get("reading")
+        if reading is not None:  # the mode pickles as its name: its object again
+            self.reading = reading._replace(mode=look_up_mode(reading.mode))
 
     def step_count(self) -> int:
         """The training steps taken so far (the buffer ``steps``, read on the host: cached
