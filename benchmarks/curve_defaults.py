@@ -477,13 +477,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     meta: dict = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
     if args.from_csv:
         return write_page(args.out, rows, meta)
-    changes: dict = {"epochs": 3, "folds": 2, "seeds": (0,)} if args.quick else {}
-    for k in ("epochs", "folds"):
-        if getattr(args, k) is not None:
-            changes[k] = getattr(args, k)
-    if args.seeds is not None:
-        changes["seeds"] = tuple(args.seeds)
-    s = replace(ce.Settings(), memory_decay=BASE_MEMORY, **changes)
+    s = replace(ce.Settings(), memory_decay=BASE_MEMORY, **ce.settings_changes(args))
     if args.stage == "dev":
         datasets = [d for d in (args.datasets or (QUICK_SETS if args.quick else DEV_DATASETS))]
         if any(d not in DEV_DATASETS for d in datasets):

@@ -809,6 +809,18 @@ def default_methods() -> list[str]:
                 + (IMBLOSS if available("imbalanced_losses") else ()))
 
 
+def settings_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`Settings` fields a command line changes: ``--quick``'s small harness, then
+    ``--epochs``, ``--folds`` and ``--seeds`` where given (this script's and ``curve_defaults.py``'s)."""
+    changes: dict[str, Any] = {"epochs": 3, "folds": 2, "seeds": (0,)} if args.quick else {}
+    for k in ("epochs", "folds"):
+        if getattr(args, k) is not None:
+            changes[k] = getattr(args, k)
+    if args.seeds is not None:
+        changes["seeds"] = tuple(args.seeds)
+    return changes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 set, 2 folds, 1 seed, 3 epochs")
@@ -822,13 +834,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.merge:
         return merge(args.merge, args.out)
-    changes: dict = {"epochs": 3, "folds": 2, "seeds": (0,)} if args.quick else {}
-    for k in ("epochs", "folds"):
-        if getattr(args, k) is not None:
-            changes[k] = getattr(args, k)
-    if args.seeds is not None:
-        changes["seeds"] = tuple(args.seeds)
-    s = Settings(**{**asdict(Settings()), **changes})
+    s = Settings(**{**asdict(Settings()), **settings_changes(args)})
     datasets = args.datasets or list(QUICK_SETS if args.quick else DEV_DATASETS)
     methods = args.methods or default_methods()
     if "bce" not in methods:
