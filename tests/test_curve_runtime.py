@@ -362,7 +362,7 @@ def test_scores_at_the_top_of_the_grid_and_probabilities_past_it() -> None:
 
 @pytest.mark.parametrize("space", ["probability", "logit"])
 @pytest.mark.parametrize("from_logits", [True, False])
-@pytest.mark.parametrize("shape", [(203,), (41, 3)])
+@pytest.mark.parametrize("shape", [(203,), (41, 3), (0,), (0, 3)])
 def test_the_chunked_histogram_equals_the_whole_batch_one(space: str, from_logits: bool, shape: tuple[int, ...],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """0/1 labels without weights build the histogram a chunk at a time (CPU, eager): with

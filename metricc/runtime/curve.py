@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..errors import MetricError, suggest
 from .counts import CHUNK
-from .curve_histogram import add_row_offsets, bin_index_dtype, soft_histogram, tap_adjoint
+from .curve_histogram import bin_index_dtype, soft_histogram, tap_adjoint
 from .distributed import CountPool, count_pool, sync_counts
 from .options import CURVE_DEFAULTS
 
@@ -155,28 +155,20 @@ def _positions(s: Tensor, relax: CurveRelaxation, from_logits: bool) -> tuple[Te
 def _linear_histogram_chunked(x: Tensor, pos: Tensor, relax: CurveRelaxation, from_logits: bool,
                               rows: int) -> tuple[Tensor, Tensor]:
     """:func:`soft_histogram` of width 1 without masses (0/1 labels, no weights), from the scores in
-    the grid's space ``x``, a slab of dim 0 at a time: the same bins and counts, sums equal up to
-    float64 rounding (added chunk by chunk), with no whole-batch float64 positions. Eager, CPU."""
+    the grid's space ``x``, a slab of dim 0 at a time, its bins written into one index: the same
+    bins and counts, sums equal up to float64 rounding (added slab by slab), with no whole-batch
+    float64 positions. Eager, CPU."""
     bins = relax.bins
-    size = 2 * rows * bins
-    idx = torch.empty(x.shape, dtype=bin_index_dtype(size))
-    frac = torch.zeros(size, dtype=torch.float64)
-    count = torch.zeros(size, dtype=torch.float64)
-    step = max(1, CHUNK // max(1, x[0].numel())) if x.dim() > 1 else CHUNK
+    idx = torch.empty(x.shape, dtype=bin_index_dtype(2 * rows * bins))
+    hist: Tensor | None = None
+    step = max(1, CHUNK // max(1, math.prod(x.shape[1:])))  # rows of dim 0 per slab
     for start in range(0, x.shape[0], step):
         part = slice(start, start + step)
-        u = _on_grid(x[part], relax, from_logits)
-        k = idx[part]
-        k.copy_(u)  # u >= 0: the cast is the floor (NaN: any integer, clamped; see soft_histogram)
-        f = u.frac_()
-        if k.numel() and int(k.max()) >= bins - 1:
-            f.masked_fill_(k >= bins - 1, 1.0)  # the top grid point: all to bin T - 1
-        k.clamp_(0, bins - 2)
-        flat = add_row_offsets(k, pos[part], rows, bins).reshape(-1)
-        frac += torch.bincount(flat, weights=f.reshape(-1), minlength=size)
-        count += torch.bincount(flat, minlength=size)
-    hist = count.sub_(frac)
-    hist[1:] += frac[:-1]  # k + 1 stays in its row: frac is 0 at each row's last bin
+        h, _ = soft_histogram(_on_grid(x[part], relax, from_logits), pos[part], None, rows, bins, 1,
+                              index=idx[part])
+        hist = h if hist is None else hist.add_(h)
+    if hist is None:  # no scores: the empty histogram
+        hist, _ = soft_histogram(_on_grid(x, relax, from_logits), pos, None, rows, bins, 1, index=idx)
     return hist, idx.reshape(-1)
 
 

@@ -37,10 +37,12 @@ def _scatter(size: int, index: Tensor, values: Tensor | None) -> Tensor:
     return torch.zeros(size, dtype=torch.float64, device=index.device).index_add_(0, index, values)
 
 
-def soft_histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int, width: int
-               ) -> tuple[Tensor, Tensor]:
+def soft_histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins: int, width: int,
+                   index: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The soft ``(2, C, T)`` histogram (flat, float64) of positions ``u``, and the index
-    the backward needs: each element's bin (width 1) or its row's first bin (wider)."""
+    the backward needs: each element's bin (width 1) or its row's first bin (wider).
+    ``index`` (width 1): a tensor of ``u``'s shape and :func:`bin_index_dtype` to write the
+    bins into, a slab of a larger index (the caller's chunk), instead of a fresh one."""
     size = 2 * rows * bins
     dtype = bin_index_dtype(size)
     if width == 1:
@@ -48,7 +50,7 @@ def soft_histogram(u: Tensor, pos: Tensor, mass: Tensor | None, rows: int, bins:
         # floor. f = u - k in place (u - k would cast k to a float64 copy): frac(u), 1 at the top
         # point u = T - 1 (masked eagerly only if a score is there). A NaN position casts to any
         # integer: clamped to a valid bin, its NaN f then marks the histogram (the caller checks).
-        k = u.to(dtype)
+        k = u.to(dtype) if index is None else index.copy_(u)
         top = u >= bins - 1 if torch.compiler.is_compiling() or not k.numel() or int(k.max()) >= bins - 1 else None
         f = u.frac_() if top is None else u.frac_().masked_fill_(top, 1.0)  # u is spent (width 1)
         k.clamp_(0, bins - 2)
